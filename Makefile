@@ -1,0 +1,47 @@
+# docbench — one command per job; each installs what is missing first.
+#   make demo   run the main job on the embedded demo corpus
+#   make test   run the whole test suite (notebooks + pytest)
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+PIP   := $(PY) -m pip
+# Debian packages the package uses (installed when missing and we are root with apt-get).
+DEBS  ?=
+
+.PHONY: install sysdeps demo test test-fast test-slow export docs clean
+
+$(VENV)/.installed: setup.py settings.ini
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+sysdeps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "please install Debian packages:$$missing (need root)"; fi; \
+	fi
+
+install: sysdeps $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/docbench demo
+
+export: install
+	$(VENV)/bin/nbdev_export
+
+# The test command: notebooks execute (nbdev_test), then pytest (incl. ../shared corpus tests,
+# which skip cleanly when ../shared is absent; slow model tests included).
+test: install
+	$(VENV)/bin/nbdev_test --n_workers 2 --timing
+	$(PY) -m pytest -q tests
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" tests
+
+clean:
+	rm -rf $(VENV) _docs _site _proc build dist *.egg-info
