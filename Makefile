@@ -8,7 +8,7 @@ PIP   := $(PY) -m pip
 # Debian packages the package uses (installed when missing and we are root with apt-get).
 DEBS  ?=
 
-.PHONY: install sysdeps demo test test-fast test-slow export docs clean
+.PHONY: install sysdeps demo test test-fast export readme docs clean
 
 $(VENV)/.installed: setup.py settings.ini
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,3 +45,11 @@ test-fast: install
 
 clean:
 	rm -rf $(VENV) _docs _site _proc build dist *.egg-info
+
+# README.md is generated from nbs/index.ipynb (Quarto-free, so it works on machines without Quarto).
+readme: install
+	$(VENV)/bin/jupyter nbconvert --to markdown --stdout nbs/index.ipynb 2>/dev/null > README.md
+
+# Offline docs site (nbconvert; Quarto-free): executes every notebook, fails on a notebook that errors.
+docs: install
+	$(VENV)/bin/docbench docs --nbs nbs --out _site
