@@ -1,0 +1,287 @@
+"Rendering: sandbox (shell escape, file reads outside the copy, endless loops), page budget, fallback, snippets, real papers."
+import os, re, shutil, subprocess, time, unicodedata, uuid, warnings
+from pathlib import Path
+import pytest
+from PIL import Image
+from docbench_nb.records import Paper
+from docbench_nb import render as R
+
+pytestmark = pytest.mark.skipif(not (shutil.which('pdflatex') and shutil.which('pdftoppm') and shutil.which('pdftotext')),
+                                reason='needs pdflatex (texlive-latex-base) and poppler-utils')
+
+
+def pdf_text(pdf):
+    out = subprocess.run(['pdftotext', str(pdf), '-'], capture_output=True, timeout=60).stdout.decode('utf-8', 'replace')
+    return unicodedata.normalize('NFC', out)
+
+
+def make_paper(d, body, preamble='', cls='article', text=None, pid='p'):
+    d = Path(d); d.mkdir(parents=True, exist_ok=True)
+    (d / 'main.tex').write_text(f'\\documentclass{{{cls}}}\n{preamble}\n\\begin{{document}}\n{body}\n\\end{{document}}\n')
+    return Paper(id=pid, title='T', root=str(d), main_file='main.tex', text=body if text is None else text)
+
+
+@pytest.fixture
+def cache(tmp_path): return tmp_path / 'cache'
+
+
+@pytest.fixture(autouse=True)
+def _private_tmp(tmp_path, monkeypatch):
+    "PDFs from `compile_latex(out_dir=None)` land in caller-owned temp folders: keep them inside pytest's tmp_path."
+    import tempfile
+    (tmp_path / 'tmp').mkdir(exist_ok=True)
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))
+
+
+# ---------------------------------------------------------------- sandbox
+def test_write18_does_not_run(tmp_path, cache):
+    marker = Path('/tmp') / f'pwned_{uuid.uuid4().hex}'
+    p = make_paper(tmp_path / 'w', f'Hello. \\immediate\\write18{{touch {marker}}} \\write18{{touch {marker}}} Bye.\\newpage x',
+                   text='Hello. Bye.')
+    r = R.render_paper(p, cache_dir=cache, timeout=60)
+    assert r.path == 'compiled' and len(r.pages) == 2
+    assert not marker.exists()
+    assert 'Hello.' in pdf_text(r.pdf)
+
+
+def _secret_lines():
+    lines = [l.strip() for l in Path('/etc/passwd').read_text().splitlines() if len(l.strip()) > 12]
+    return lines[:3]
+
+
+@pytest.mark.parametrize('attack', [r'\input{/etc/passwd}', r'\input{../../etc/hostname}', r'\include{/etc/passwd}',
+                                    r'\openin5=/etc/passwd \read5 to\leak \leak',
+                                    r'\IfFileExists{/etc/passwd}{\input{/etc/passwd}}{}',
+                                    r'\immediate\openout3=../escaped.tex \immediate\write3{x}\immediate\closeout3'])
+def test_no_reads_or_writes_outside_the_copy(tmp_path, cache, attack):
+    d = tmp_path / 'a' / 'b' / 'paper'
+    p = make_paper(d, f'Visible start. {attack} Visible end.', text='Visible start. Visible end.')
+    r = R.render_paper(p, cache_dir=cache, timeout=60)
+    assert r.path in ('compiled', 'fallback') and r.pdf
+    txt = pdf_text(r.pdf)
+    assert 'Visible' in txt
+    for secret in _secret_lines(): assert secret not in txt
+    host = Path('/etc/hostname').read_text().strip() if Path('/etc/hostname').exists() else ''
+    if len(host) >= 6: assert host not in txt
+    assert not (d.parent / 'escaped.tex').exists() and not (d / 'main.aux').exists()
+
+
+def test_relative_escape_from_a_deep_tree_is_refused(tmp_path, cache):
+    secret = f'SECRET{uuid.uuid4().hex[:10]}'
+    (tmp_path / 'secret.tex').write_text(secret)
+    d = tmp_path / 'x' / 'paper'
+    pdf, log = R.compile_latex(make_paper(d, r'Start \input{../../secret} End').root, 'main.tex', timeout=60)
+    assert pdf is None or secret not in pdf_text(pdf)
+    assert 'openin_any = p' in log or 'not found' in log
+
+
+def test_symlink_out_of_the_tree_is_not_followed(tmp_path, cache):
+    secret = f'SECRET{uuid.uuid4().hex[:10]}'
+    (tmp_path / 'outside.tex').write_text(secret)
+    d = tmp_path / 'paper'
+    make_paper(d, r'Start \IfFileExists{link.tex}{\input{link}}{NOLINK} End')
+    os.symlink(tmp_path / 'outside.tex', d / 'link.tex')
+    (d / 'inside.tex').write_text('INSIDEOK'); os.symlink(d / 'inside.tex', d / 'ok.tex')
+    (d / 'main.tex').write_text((d / 'main.tex').read_text().replace('End', r'\input{ok} End'))
+    pdf, log = R.compile_latex(d, 'main.tex', timeout=60)
+    txt = pdf_text(pdf)
+    assert secret not in txt and 'NOLINK' in txt and 'INSIDEOK' in txt
+    assert 'skipped symlink link.tex' in log
+
+
+def test_endless_loop_times_out_and_falls_back(tmp_path, cache):
+    p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text=r'Loop paper text. \def\x{\x}\x')
+    t0 = time.time()
+    r = R.render_paper(p, cache_dir=cache, timeout=5)
+    assert time.time() - t0 < 40
+    assert r.path in ('fallback', 'failed')
+    assert any('timed out' in w for w in r.warnings), r.warnings
+    if r.path == 'fallback': assert 'Loop paper text.' in pdf_text(r.pdf)
+
+
+def test_fatal_error_leaves_no_pdf_but_ordinary_errors_do(tmp_path):
+    d = make_paper(tmp_path / 'e', r'Before \undefinedmacro after $x^$ end.').root
+    pdf, log = R.compile_latex(d, 'main.tex', timeout=60)
+    assert pdf and 'Before' in pdf_text(pdf) and len(R.tex_errors(log)) >= 1
+    d2 = make_paper(tmp_path / 'f', 'x', preamble=r'\usepackage{no-such-package-xyz}').root
+    pdf2, log2 = R.compile_latex(d2, 'main.tex', timeout=60)
+    assert pdf2 is None and "no-such-package-xyz.sty' not found" in log2
+
+
+def test_compile_latex_rejects_bad_arguments(tmp_path):
+    d = make_paper(tmp_path / 'g', 'x').root
+    with pytest.raises(R.RenderError): R.compile_latex(d, '../outside.tex')
+    with pytest.raises(ValueError): R.compile_latex(d, 'main.tex', engine='sh')
+
+
+# ---------------------------------------------------------------- pages
+@pytest.mark.parametrize('mp', [600_000, 1_000_000, 2_000_000])
+def test_render_pages_respects_budget(tmp_path, cache, mp):
+    d = make_paper(tmp_path / 'pp', r'One.\newpage Two.\newpage Three.').root
+    pdf, _ = R.compile_latex(d, 'main.tex', timeout=60)
+    pages = R.render_pages(pdf, max_pixels=mp, cache_dir=cache)
+    assert len(pages) == 3
+    (w_pt, h_pt), = set(R.pdf_page_sizes(pdf, 1, 3))
+    for p in pages:
+        with Image.open(p) as im:
+            assert im.mode == 'RGB' and 0.97 * mp <= im.width * im.height <= mp
+            assert abs(im.width / im.height - w_pt / h_pt) < 0.01         # the page's aspect (A4 or letter)
+    assert [Path(p).name for p in R.render_pages(pdf, max_pixels=mp, first=2, last=3, cache_dir=cache)] == ['page-0002.png', 'page-0003.png']
+
+
+def test_mixed_page_sizes_all_within_budget(tmp_path, cache):
+    d = make_paper(tmp_path / 'mx', r'Small page.\newpage\pdfpagewidth=30in \pdfpageheight=20in Huge page.').root
+    pdf, _ = R.compile_latex(d, 'main.tex', timeout=60)
+    for p in R.render_pages(pdf, max_pixels=300_000, cache_dir=cache):
+        with Image.open(p) as im: assert im.width * im.height <= 300_000
+
+
+def test_render_paper_is_cached_by_tree_content(tmp_path, cache):
+    p = make_paper(tmp_path / 'c', 'Cached paper.')
+    r1 = R.render_paper(p, cache_dir=cache)
+    r2 = R.render_paper(p, cache_dir=cache)
+    assert r1 == r2 and r1.path == 'compiled'
+    (Path(p.root) / 'main.tex').write_text((Path(p.root) / 'main.tex').read_text().replace('Cached', 'Changed'))
+    r3 = R.render_paper(p, cache_dir=cache)
+    assert r3.pdf != r1.pdf and 'Changed paper.' in pdf_text(r3.pdf)
+
+
+def test_missing_class_falls_back_to_text(tmp_path, cache):
+    p = make_paper(tmp_path / 'chem', 'Body.', cls='achemso',
+                   text=r'\section{Results} The free energy $\Delta G = -RT\ln K$ is negative \cite{x}.')
+    r = R.render_paper(p, cache_dir=cache)
+    assert r.path == 'fallback' and r.pages
+    assert 'achemso.cls' in r.warnings[0] and 'achemso' in r.log_tail
+    txt = pdf_text(r.pdf)
+    assert 'Results' in txt and 'The free energy' in txt and 'is negative' in txt
+
+
+def test_paper_without_source_uses_fallback(cache):
+    r = R.render_paper(Paper(id='nosrc', text='Only text here.'), cache_dir=cache)
+    assert r.path == 'fallback' and 'Only text here.' in pdf_text(r.pdf)
+
+
+# ---------------------------------------------------------------- minimal_document
+HOSTILE = [
+    r'\begin{itemize}\item a \item[b] c', r'$x^{2$ and } } } {{{', r'\end{document} after', r'\[ \frac{1}{ \]',
+    r'\begin{align} a &= b \\ c &= d \end{align} \begin{eqnarray} x &=& y \end{eqnarray}', r'50% & # _ ^ ~ < > |',
+    r'$\left( \frac{a}{b} \right.$ $\left( x$ $\right)$ $\middle|$', r'\verb|a$b| \verb+x%y+', '\x00\x07 control chars',
+    r'\begin{verbatim}' + '\n$%&\\weird\n' + r'\end{verbatim}', r'$\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}$ $a & b \\ c$',
+    r'$$\begin{cases} x \\ y \end{cases$$', r'\newcommand{\foo}[2]{#1#2}\foo{a}{b} \def\bar#1{#1} \let\a=\b',
+    'Unicode: αβγ ≤ ≥ → ∞ ∑ ℝ “quotes” — dashes… naïve Ångström 中文 emoji 🙂 ﬁ', r'\section{A $x$ \\ title \footnote{n}}',
+    r'\begin{tabular}{|c|c|} a & b \\ \hline c & d \end{tabular}', r'$\mathbb{R}^{n}\xrightarrow{f}\operatorname{Tr}(A)$',
+    r'\begin{equation} \begin{split} a &= b \\ &= c \end{split} \end{equation}', r'$\hat\eps + \frac\eps 2 + \vect{x}$',
+    '^^M ^^00 ^^ff', r'\begin{tikzpicture}\draw (0,0) -- (1,1);\end{tikzpicture}', r'$\text{if $x$ then \$5}$',
+    r'\csname relax\endcsname \expandafter\x \catcode`\$=12 \makeatletter\@tempa', '\\', '{', '$', r'\begin{',
+]
+
+
+@pytest.mark.parametrize('i', range(len(HOSTILE)))
+def test_minimal_document_compiles_hostile_text(i):
+    doc = R.minimal_document('Start marker. ' + HOSTILE[i] + ' End marker.', title='T $x$')
+    pdf, log = R.compile_tex_string(doc, timeout=60)
+    assert pdf, (HOSTILE[i], R.tex_errors(log)[:3])
+    assert 'Start marker.' in pdf_text(pdf)
+
+
+def test_minimal_document_all_hostile_together_and_strategies():
+    text = '\n\n'.join(HOSTILE)
+    for st in R.STRATEGIES:
+        pdf, log = R.compile_tex_string(R.minimal_document(text, strategy=st), timeout=60)
+        assert pdf, (st, R.tex_errors(log)[:3])
+
+
+def test_minimal_document_keeps_math_and_structure():
+    doc = R.minimal_document(r'\section{Intro} We find $\alpha \le \beta$ and \begin{equation}\label{e} E = mc^2 \end{equation} \cite{k}.')
+    assert r'\section*{Intro}' in doc and r'$\alpha \le \beta $' in doc and 'E = mc^2' in doc
+    assert 'label' not in doc.split(r'\begin{document}')[1] and 'cite' not in doc.split(r'\begin{document}')[1]
+    pdf, _ = R.compile_tex_string(doc)
+    t = pdf_text(pdf)
+    assert 'Intro' in t and 'We find' in t and 'α' in t
+
+
+def test_math_whitelist_is_defined_in_the_template():
+    assert R.undefined_in_template(R.MATH_COMMANDS | R._TEXT_SYMBOLS | R._TEXT_STYLES) == []
+
+
+# ---------------------------------------------------------------- snippets
+WORDS = ('Dense retrievers embed each chunk of a scientific paper; the paper score is the maximum over its chunks, '
+         'so long documents are neither favoured nor penalised by length alone. ')
+
+
+def test_snippet_short_text_keeps_base_size(tmp_path):
+    png, info = R.render_snippet(WORDS * 3, max_pixels=500_000, cache_dir=tmp_path, with_info=True)
+    assert info['font_size'] == 10.0 and info['fits']
+    with Image.open(png) as im: assert im.width * im.height <= 500_000
+
+
+def test_snippet_long_text_shrinks_to_one_page(tmp_path):
+    n_words = len((WORDS * 120).split())
+    png, info = R.render_snippet(WORDS * 120, max_pixels=1_000_000, cache_dir=tmp_path, with_info=True)
+    assert info['fits'] and info['pages_at_size'] == 1 and 2.0 <= info['font_size'] < 7
+    pdf, _ = R.compile_tex_string(R.minimal_document(WORDS * 120, font_size=info['font_size'], snippet=True))
+    assert R.pdf_page_count(pdf) == 1 and len(pdf_text(pdf).split()) >= 0.95 * n_words   # all the text is on that page
+    pdf2, _ = R.compile_tex_string(R.minimal_document(WORDS * 120, font_size=info['font_size'] + 0.5, snippet=True))
+    assert R.pdf_page_count(pdf2) > 1                                               # and the size is (nearly) the largest that fits
+    assert R.render_snippet(WORDS * 120, max_pixels=1_000_000, cache_dir=tmp_path) == png
+
+
+def test_snippet_that_cannot_fit_warns(tmp_path):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        png, info = R.render_snippet(WORDS * 400, cache_dir=tmp_path, min_size=6.0, with_info=True)
+    assert not info['fits'] and info['font_size'] == 6.0 and any('does not fit' in str(x.message) for x in w)
+
+
+# ---------------------------------------------------------------- shared corpus
+def _paper(src):
+    return R._as_paper(str(src))
+
+
+def _required_files(d):
+    "Class and package files a paper's .tex files ask for (comments stripped)."
+    req = set()
+    for p in d.rglob('*.tex'):
+        t = re.sub(r'(?<!\\)%.*', '', p.read_text(errors='replace'))
+        req.update(m.group(1).strip() + '.cls' for m in re.finditer(r'\\documentclass\s*(?:\[[^\]]*\])?\s*\{([^}]+)\}', t))
+        for m in re.finditer(r'\\(?:usepackage|RequirePackage)\s*(?:\[[^\]]*\])?\s*\{([^}]+)\}', t):
+            req.update(x.strip() + '.sty' for x in m.group(1).split(',') if x.strip())
+    return req
+
+
+def _installed(name, d, _memo={}):
+    if any(d.rglob(name)): return True
+    if name not in _memo:
+        _memo[name] = bool(subprocess.run(['kpsewhich', name], capture_output=True, timeout=30).stdout.strip())
+    return _memo[name]
+
+
+@pytest.mark.slow
+def test_real_papers_compile_when_their_packages_exist_and_fall_back_otherwise(shared_papers, tmp_path):
+    "Real shared papers whose classes/packages are all installed compile for real; one needing achemso/showyourwork falls back."
+    ready = [d for d in shared_papers if all(_installed(f, d) for f in _required_files(d))]
+    if not ready: pytest.skip('no shared paper has all its packages on this TeX installation')
+    for d in ready[:3]:
+        r = R.render_paper(_paper(d), max_pixels=600_000, cache_dir=tmp_path, timeout=180)
+        assert r.path == 'compiled' and len(r.pages) >= 1, (d.name, r.warnings, r.log_tail[-500:])
+        assert R.pdf_page_count(r.pdf) == len(r.pages)
+    odd = [d for d in shared_papers if any(f in ('achemso.cls', 'showyourwork.sty') and not _installed(f, d)
+                                           for f in _required_files(d))]
+    assert odd, 'no paper needing an absent achemso.cls / showyourwork.sty in the shared corpus'
+    paper = _paper(odd[0])
+    r = R.render_paper(paper, max_pixels=600_000, cache_dir=tmp_path, timeout=180)
+    assert r.path == 'fallback' and r.pages and r.warnings[0].startswith('real compile failed'), (odd[0].name, r.warnings)
+    words = re.findall(r'\b[A-Za-z]{7,}\b', re.sub(r'\\[A-Za-z]+', ' ', paper.text[:6000]))[:40]
+    txt = pdf_text(r.pdf)
+    assert words and sum(w in txt for w in words) >= 0.6 * len(words)           # the fallback carries the paper's words
+
+
+def test_main_file_in_subfolder_resolves_root_and_main_relative_inputs(tmp_path):
+    (tmp_path / 'paper' / 'local').mkdir(parents=True); (tmp_path / 'sections').mkdir()
+    (tmp_path / 'sections' / 'intro.tex').write_text('ROOTRELATIVE')
+    (tmp_path / 'paper' / 'local' / 'a.tex').write_text('MAINRELATIVE')
+    (tmp_path / 'paper' / 'main.tex').write_text('\\documentclass{article}\\begin{document}\\input{sections/intro} '
+                                                 '\\input{local/a}\\end{document}')
+    pdf, log = R.compile_latex(tmp_path, 'paper/main.tex', out_dir=tmp_path / 'out', timeout=60)
+    assert Path(pdf).parent == tmp_path / 'out'
+    assert 'ROOTRELATIVE MAINRELATIVE' in pdf_text(pdf)
