@@ -147,11 +147,11 @@ def test_render_paper_is_cached_by_tree_content(tmp_path, cache):
 
 
 def test_missing_class_falls_back_to_text(tmp_path, cache):
-    p = make_paper(tmp_path / 'chem', 'Body.', cls='achemso',
+    p = make_paper(tmp_path / 'chem', 'Body.', cls='docbenchabsentclass',
                    text=r'\section{Results} The free energy $\Delta G = -RT\ln K$ is negative \cite{x}.')
     r = R.render_paper(p, cache_dir=cache)
     assert r.path == 'fallback' and r.pages
-    assert 'achemso.cls' in r.warnings[0] and 'achemso' in r.log_tail
+    assert 'docbenchabsentclass.cls' in r.warnings[0] and 'docbenchabsentclass' in r.log_tail
     txt = pdf_text(r.pdf)
     assert 'Results' in txt and 'The free energy' in txt and 'is negative' in txt
 
