@@ -12,12 +12,13 @@ import argparse, json, time
 from pathlib import Path
 from docbench_nb.evaluate import evaluate, load_papers, save_result
 
-DEFAULT = [  # (representation, retriever, chunk_size, max_pixels)
+DEFAULT = [  # (representation, retriever, chunk_size, max_pixels) — cheapest first, so an interrupted run keeps the most
     ('text', 'bm25', 512, None), ('text', 'dense', 256, None), ('text', 'dense', 512, None), ('text', 'dense', 1024, None),
-    ('text+captions', 'dense', 256, None), ('text', 'late', 256, None),
+    ('text+captions', 'dense', 256, None),
     ('figures', 'ocr:tesseract+bm25', 512, 1_000_000), ('figures', 'ocr:tesseract+dense', 512, 1_000_000),
     ('interleaved', 'ocr:tesseract+dense', 256, 1_000_000),
     ('pages', 'ocr:tesseract+bm25', 512, 1_000_000), ('pages', 'ocr:tesseract+dense', 512, 1_000_000),
+    ('text', 'late', 256, None),
 ]
 
 def main():

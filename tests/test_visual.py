@@ -1,0 +1,52 @@
+"Figures / pages / interleaved representations on real shared papers (slow: converts figures and renders pages)."
+import shutil, pytest
+from PIL import Image
+from docbench_nb.evaluate import load_papers
+from docbench_nb.represent import represent, default_tokenizer
+import docbench_nb.visual  # registers the visual representations
+
+HAVE_TEX = bool(shutil.which('pdflatex') and shutil.which('pdftoppm'))
+
+@pytest.fixture(scope='module')
+def papers_with_figures(shared_papers, tmp_path_factory):
+    cache = tmp_path_factory.mktemp('vis')
+    papers, errors = load_papers(shared_papers, cache_dir=cache, progress=False)
+    with_figs = sorted((p for p in papers if sum(len(f.images) for f in p.figures) >= 2),
+                       key=lambda p: sum(len(f.images) for f in p.figures))
+    return with_figs[:3], cache
+
+@pytest.mark.slow
+def test_figure_units_one_per_image_within_budget(papers_with_figures):
+    papers, cache = papers_with_figures
+    for p in papers:
+        units = represent([p], 'figures', max_pixels=300_000, cache_dir=cache)
+        n_img = sum(len(f.images) for f in p.figures)
+        assert len(units) + len(p.meta.get('represent_warnings', [])) >= n_img, p.id
+        assert units and all(u.kind == 'figure' and u.text == '' and len(u.images) == 1 for u in units)
+        for u in units:
+            w, h = Image.open(u.images[0]).size
+            assert w * h <= 300_000, (p.id, u.images[0], w, h)
+
+@pytest.mark.slow
+def test_interleaved_units_pair_chunks_with_nearest_figures(papers_with_figures):
+    papers, cache = papers_with_figures
+    tok = default_tokenizer()
+    for p in papers:
+        units = represent([p], 'interleaved', tokenizer=tok, chunk_size=256, max_pixels=200_000, cache_dir=cache)
+        text_units = represent([p], 'text', tokenizer=tok, chunk_size=256)
+        assert [u.span for u in units] == [u.span for u in text_units]        # same chunks as the text representation
+        assert all(1 <= len(u.images) <= 2 for u in units), p.id
+        # a chunk that contains a figure's span carries that figure's image
+        for f in p.figures:
+            inside = [u for u in units if u.span[0] <= f.span[0] < u.span[1]]
+            if inside and f.images: assert f.label in inside[0].meta['figures'] or len(inside[0].meta['figures']) == 2
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TEX, reason='pdflatex/pdftoppm not installed')
+def test_page_units_record_render_path(papers_with_figures):
+    papers, cache = papers_with_figures
+    p = papers[0]
+    units = represent([p], 'pages', max_pixels=150_000, cache_dir=cache)
+    assert units and all(u.kind == 'page' and u.images for u in units)
+    assert units[0].meta['render_path'] in ('compiled', 'fallback')
+    assert p.meta['render_path'] == units[0].meta['render_path']
