@@ -35,10 +35,12 @@ export: install
 	$(VENV)/bin/nbdev_export
 
 # The test command: notebooks execute (nbdev_test), then pytest (incl. ../shared corpus tests,
-# which skip cleanly when ../shared is absent; slow model tests included).
+# which skip cleanly when ../shared is absent; slow model tests included), then the offline docs site is built
+# (every notebook executed again and rendered; a notebook that errors fails the build).
 test: install
 	$(VENV)/bin/nbdev_test --n_workers 2 --timing
 	$(PY) -m pytest -q tests
+	$(VENV)/bin/docbench -q docs --nbs nbs --out _site
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow" tests
