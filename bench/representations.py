@@ -8,31 +8,50 @@ Each configuration writes a result JSON (+ TREC run); the script prints nDCG@10 
 saves `ndcg_vs_index_size.png`. Everything is cached (parse, figure conversion, page renders, OCR, embeddings), so a
 rerun or an interrupted run redoes nothing already done.
 """
-import argparse, json, time
+import argparse, json, re, time
 from pathlib import Path
 from docbench_nb.evaluate import evaluate, load_papers, save_result
 
 DEFAULT = [  # (representation, retriever, chunk_size, max_pixels) — cheapest first, so an interrupted run keeps the most
-    ('text', 'bm25', 512, None), ('text', 'dense', 256, None), ('text', 'dense', 512, None), ('text', 'dense', 1024, None),
-    ('text+captions', 'dense', 256, None),
+    ('text', 'bm25', 512, None), ('text', 'dense', 128, None), ('text', 'dense', 256, None), ('text', 'dense', 512, None),
+    ('text', 'dense', 1024, None),
+    ('text+captions', 'bm25', 512, None), ('text+captions', 'dense', 256, None),
     ('figures', 'ocr:tesseract+bm25', 512, 1_000_000), ('figures', 'ocr:tesseract+dense', 512, 1_000_000),
-    ('interleaved', 'ocr:tesseract+dense', 256, 1_000_000),
+    ('interleaved', 'ocr:tesseract+bm25', 512, 1_000_000), ('interleaved', 'ocr:tesseract+dense', 256, 1_000_000),
     ('pages', 'ocr:tesseract+bm25', 512, 1_000_000), ('pages', 'ocr:tesseract+dense', 512, 1_000_000),
-    ('text', 'late', 256, None),
+    ('text', 'late', 256, None), ('text', 'late?dtype=float16', 256, None), ('text', 'late?dtype=float16&pool=2', 256, None),
 ]
+
+def row_of(res, rep, ret, cs, mp, seconds):
+    ty = res['by_evidence_type']
+    return dict(representation=rep, retriever=ret, chunk=cs, max_pixels=mp, n_units=res['n_units'],
+                index_mb=res['index_bytes'] / 1e6, ndcg10=res['overall']['ndcg@10'],
+                **{f'ndcg10_{k}': v['ndcg@10'] for k, v in ty.items()},
+                describer=res['config'].get('describer'), warnings=len(res['warnings']),
+                render_paths=res.get('render_paths'), seconds=seconds)
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--corpus', required=True); ap.add_argument('--queries', required=True)
     ap.add_argument('--out', default='results/representations'); ap.add_argument('--cache-dir', default=None)
     ap.add_argument('--only', default=None, help='comma-separated representation names to run')
+    ap.add_argument('--redo', default='', help="comma-separated representation names to recompute even when their "
+                    "result JSON exists (others are read back from --out); 'all' recomputes everything")
+    ap.add_argument('--sweep', default='results/max_pixels/table.json', help='max_pixels sweep table to add to the plot')
     a = ap.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
-    papers, errors = load_papers(a.corpus, cache_dir=a.cache_dir, progress=False)
-    print(f'{len(papers)} papers, {len(errors)} parse errors', flush=True)
+    papers = None
     rows = []
     for rep, ret, cs, mp in DEFAULT:
         if a.only and rep not in a.only.split(','): continue
+        name = f"{rep}__{re.sub(r'[^A-Za-z0-9.]+', '_', ret)}__{cs}" + (f'__{mp}' if mp else '')
+        f = out / f'{name}.json'
+        if f.exists() and a.redo != 'all' and rep not in a.redo.split(','):
+            res = json.loads(f.read_text()); rows.append(row_of(res, rep, ret, cs, mp, None))
+            print('reused', json.dumps(rows[-1]), flush=True); continue
+        if papers is None:
+            papers, errors = load_papers(a.corpus, cache_dir=a.cache_dir, progress=False)
+            print(f'{len(papers)} papers, {len(errors)} parse errors', flush=True)
         t = time.time()
         kw = {'max_pixels': mp} if mp else {}
         try:
@@ -40,24 +59,43 @@ def main():
                            cache_dir=a.cache_dir, progress=True, **kw)
         except Exception as e:  # one failing configuration must not lose the others
             print(f'{rep} {ret}: FAILED {type(e).__name__}: {e}', flush=True); continue
-        name = f"{rep}__{ret.replace(':', '_').replace('+', '_')}__{cs}" + (f'__{mp}' if mp else '')
-        save_result(res, out / f'{name}.json')
-        ty = res['by_evidence_type']
-        row = dict(representation=rep, retriever=ret, chunk=cs, max_pixels=mp, n_units=res['n_units'],
-                   index_mb=res['index_bytes'] / 1e6, ndcg10=res['overall']['ndcg@10'],
-                   **{f'ndcg10_{k}': v['ndcg@10'] for k, v in ty.items()},
-                   warnings=len(res['warnings']), render_paths=res.get('render_paths'), seconds=round(time.time() - t))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        save_result(res, f)
+        rows.append(row_of(res, rep, ret, cs, mp, round(time.time() - t)))
+        print(json.dumps(rows[-1]), flush=True)
     (out / 'table.json').write_text(json.dumps(rows, indent=1))
-    try:
-        import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in rows:
-            ax.scatter(r['index_mb'], r['ndcg10'])
-            ax.annotate(f"{r['representation']}|{r['retriever']}|{r['chunk']}", (r['index_mb'], r['ndcg10']), fontsize=7)
-        ax.set_xscale('log'); ax.set_xlabel('index size (MB, all stored vectors)'); ax.set_ylabel('nDCG@10 (level 0)')
-        ax.set_title('nDCG@10 vs index size (offline encoders)'); fig.tight_layout(); fig.savefig(out / 'ndcg_vs_index_size.png', dpi=120)
-    except Exception as e: print('plot failed:', e)
+    (out / 'table.md').write_text(markdown(rows))
+    print(markdown(rows))
+    plot(rows, out, Path(a.sweep))
+
+def markdown(rows) -> str:
+    "The table as Markdown (nDCG@10 at level 0 overall and per evidence type, index size, describer/render notes)."
+    head = '| representation | retriever | chunk | max_pixels | units | index | nDCG@10 | text | table | figure | notes |\n|' + '---|' * 11
+    lines = [head]
+    for r in rows:
+        note = r.get('describer') or (', '.join(f'{k} {v}' for k, v in r['render_paths'].items()) if r.get('render_paths') else '')
+        lines.append(f"| {r['representation']} | {r['retriever']} | {r['chunk']} | {r['max_pixels'] or ''} | {r['n_units']} | "
+                     f"{r['index_mb']:.2f} MB | {r['ndcg10']:.3f} | {r.get('ndcg10_text', float('nan')):.3f} | "
+                     f"{r.get('ndcg10_table', float('nan')):.3f} | {r.get('ndcg10_figure', float('nan')):.3f} | {note} |")
+    return '\n'.join(lines) + '\n'
+
+def plot(rows, out, sweep_file):
+    "nDCG@10 vs index size: chunk sizes (text) and pixel budgets (figures/pages, full-corpus sweep rows) of each route."
+    import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
+    sweep = [r for r in (json.loads(sweep_file.read_text()) if sweep_file.exists() else []) if r['n_docs'] == 80]
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    groups = {}
+    for r in rows: groups.setdefault((r['representation'], r['retriever']), []).append((r['index_mb'], r['ndcg10'], f"{r['chunk']} tok" if not r['max_pixels'] else f"{r['max_pixels'] / 1e6:g}M px"))
+    for r in sweep:
+        g = groups.setdefault((r['representation'], r['retriever']), [])
+        lab = f"{r['max_pixels'] / 1e6:g}M px"
+        if not any(x[2] == lab for x in g): g.append((r['index_mb'], r['ndcg10'], lab))
+    for (rep, ret), pts in sorted(groups.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker='o', label=f'{rep} | {ret}')
+        for x, y, lab in pts: ax.annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords='offset points')
+    ax.set_xscale('log'); ax.set_xlabel('index size (MB, every stored vector; BM25: sparse matrix)')
+    ax.set_ylabel('nDCG@10 (level 0)'); ax.legend(fontsize=6, loc='lower right')
+    ax.set_title('nDCG@10 vs index size across chunk sizes and pixel budgets (offline encoders, 80 papers)')
+    fig.tight_layout(); fig.savefig(out / 'ndcg_vs_index_size.png', dpi=130)
 
 if __name__ == '__main__': main()

@@ -36,8 +36,8 @@ def cmd_evaluate(args) -> int:
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
     res = evaluate(args.corpus, args.queries, representation=args.representation, retriever=args.retriever,
                    chunk_size=args.chunk_size, overlap=args.overlap, k=args.k, cache_dir=args.cache_dir,
-                   progress=not args.quiet,
-                   **({'max_pixels': args.max_pixels} if args.representation in ('figures', 'pages', 'interleaved') else {}))
+                   progress=not args.quiet, describer=args.describer,
+                   **({'max_pixels': args.max_pixels} if args.representation in ('figures', 'pages', 'interleaved', 'text+captions') else {}))
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser('evaluate', help='evaluate one representation x retriever configuration')
     e.add_argument('--corpus', required=True); e.add_argument('--queries', required=True)
     e.add_argument('--representation', default='text', help='text | text+captions | figures | pages | interleaved')
-    e.add_argument('--max-pixels', type=int, default=1_000_000, help='image budget for figures/pages/interleaved')
+    e.add_argument('--max-pixels', type=int, default=1_000_000, help='image budget for figures/pages/interleaved '
+                   '(and for the figure images a text+captions describer reads)')
+    e.add_argument('--describer', default=None, help='figure describer for text+captions: default (caption+refs+OCR, '
+                   'offline) | source | source+ocr[:rapidocr|tesseract] | chat:MODEL[@BASE_URL] | hf:MODEL_OR_FOLDER')
     e.add_argument('--retriever', default='dense', help='bm25 | dense[:MODEL] | hybrid[:MODEL] | late[:MODEL] | '
                    'clip:MODEL | vlm:MODEL | colpali:MODEL | ocr:ENGINE+SPEC (images read by OCR, then SPEC)')
     e.add_argument('--chunk-size', type=int, default=512); e.add_argument('--overlap', type=int, default=0)
@@ -117,6 +120,6 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from docbench_nb.data_io import QueryFileError
     try: return args.fn(args)
-    except (FileNotFoundError, QueryFileError, ValueError, RuntimeError) as e:
+    except (OSError, ImportError, QueryFileError, ValueError, RuntimeError) as e:     # OSError: missing file, model, OCR binary
         print(f'docbench {args.cmd}: error: {e}', file=sys.stderr)
         return 2

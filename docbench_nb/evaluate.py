@@ -8,7 +8,8 @@ import hashlib, json, os, time, tempfile, resource
 from pathlib import Path
 from .records import Paper, PaperError, Run
 from . import latex, parse
-from .represent import represent
+from .represent import represent, REPRESENTATIONS
+from .describe import make_describer
 import docbench_nb.visual  # registers figures / pages / interleaved
 from .index import make_retriever
 from .data_io import load_queries
@@ -88,10 +89,22 @@ def retriever_tokenizer(ret):
 def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+def _takes_describer(representation: str) -> bool:
+    import inspect
+    fn = REPRESENTATIONS.get(representation)
+    try: return fn is not None and 'describer' in inspect.signature(fn).parameters
+    except (TypeError, ValueError): return False
+
 def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_size=512, overlap=0, k=10,
-             cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), **represent_kw) -> dict:
+             cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, **represent_kw) -> dict:
     "Evaluate one configuration on `corpus` (folder/sources) with the query file `queries`. Returns the result dict."
-    timings, t = {}, time.time()
+    timings, t, pre_warnings, desc = {}, time.time(), [], None
+    if _takes_describer(representation):
+        desc = make_describer(describer, cache_dir=cache_dir, max_pixels=represent_kw.get('max_pixels', 1_000_000))
+        represent_kw = {**represent_kw, 'describer': desc}
+    elif describer is not None:
+        pre_warnings.append(f"describer {getattr(describer, 'name', describer)!r} ignored: representation "
+                            f"{representation!r} has no figure descriptions")
     if papers is None: papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
     else: errors = []
     timings['parse_s'] = time.time() - t
@@ -103,7 +116,7 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     units = represent(papers, representation, tokenizer=retriever_tokenizer(ret), chunk_size=chunk_size,
                       overlap=overlap, progress=progress, cache_dir=cache_dir, **represent_kw)
     timings['represent_s'] = time.time() - t; t = time.time()
-    warnings = [w for p in papers for w in p.meta.get('represent_warnings', [])]
+    warnings = pre_warnings + [w for p in papers for w in p.meta.get('represent_warnings', [])]
     render_paths = {}
     for p in papers:
         if 'render_path' in p.meta: render_paths[p.meta['render_path']] = render_paths.get(p.meta['render_path'], 0) + 1
@@ -122,8 +135,10 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     timings['metrics_s'] = time.time() - t
     timings['peak_rss_mb'] = _peak_rss_mb()
     spec = retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__)
+    extra = {key: v for key, v in represent_kw.items() if key != 'describer'}
     return {'config': {'corpus': str(corpus), 'queries': str(queries), 'representation': representation,
-                       'retriever': spec, 'chunk_size': chunk_size, 'overlap': overlap, 'k': k, **represent_kw},
+                       'describer': desc.name if desc is not None else None,
+                       'retriever': spec, 'chunk_size': chunk_size, 'overlap': overlap, 'k': k, **extra},
             'n_docs': len(papers), 'n_units': len(units), 'n_queries': len(qs), 'index_bytes': int(ret.index_bytes),
             'parse_errors': [e.to_dict() for e in errors], 'warnings': warnings,
             **({'render_paths': render_paths} if render_paths else {}),
@@ -134,7 +149,8 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
 def format_result(res: dict, metrics=METRIC_KEYS) -> str:
     "Plain-text table: overall (level 0), per evidence type, and per rephrasing level."
     c = res['config']
-    head = (f"{c['representation']} | {c['retriever']} | chunk {c['chunk_size']} | {res['n_docs']} docs, "
+    rep = c['representation'] + (f" [{c['describer']}]" if c.get('describer') else '')
+    head = (f"{rep} | {c['retriever']} | chunk {c['chunk_size']} | {res['n_docs']} docs, "
             f"{res['n_units']} units, index {res['index_bytes']/1e6:.2f} MB")
     rows = [('overall (L0)', res['overall'])]
     rows += [(f'type={t}', v) for t, v in sorted(res['by_evidence_type'].items())]

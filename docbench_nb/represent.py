@@ -70,8 +70,10 @@ class SourceDescriber:
 
 def figure_section(paper: Paper, describer: Describer | None = None) -> str:
     "The figure-description section appended to a paper for `text+captions` (empty when it has no figures)."
-    d = describer or SourceDescriber()
-    parts = []
+    if describer is None:
+        from docbench_nb.describe import default_describer
+        describer = default_describer()
+    d, parts = describer, []
     for i, f in enumerate(paper.figures, 1):
         desc = d.describe(paper, f)
         if desc: parts.append(f"Figure {i} ({d.name}): {desc}")
@@ -91,10 +93,13 @@ def text_caption_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: 
                        describer: Describer | None = None, **kw) -> list:
     "The `text+captions` representation: text chunks plus the chunked figure-description section."
     units = text_units(paper, tokenizer, chunk_size, overlap)
-    sec = figure_section(paper, describer)
+    if describer is None and paper.figures:
+        from docbench_nb.describe import default_describer
+        describer = default_describer(cache_dir=kw.get('cache_dir'), max_pixels=kw.get('max_pixels', 1_000_000))
+    sec = figure_section(paper, describer) if paper.figures else ''
     for n, (s, e) in enumerate(chunk_spans(sec, tokenizer, chunk_size, overlap) if sec else []):
         units.append(Unit(paper.id, f'{paper.id}#c{n}', 'text', sec[s:e], span=(len(paper.text), len(paper.text)),
-                          meta={'source': 'figure_descriptions', 'describer': (describer or SourceDescriber()).name}))
+                          meta={'source': 'figure_descriptions', 'describer': describer.name}))
     return units
 
 # %% ../nbs/04_represent.ipynb #cfe68020

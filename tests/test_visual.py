@@ -33,13 +33,29 @@ def test_interleaved_units_pair_chunks_with_nearest_figures(papers_with_figures)
     tok = default_tokenizer()
     for p in papers:
         units = represent([p], 'interleaved', tokenizer=tok, chunk_size=256, max_pixels=200_000, cache_dir=cache)
-        text_units = represent([p], 'text', tokenizer=tok, chunk_size=256)
-        assert [u.span for u in units] == [u.span for u in text_units]        # same chunks as the text representation
-        assert all(1 <= len(u.images) <= 2 for u in units), p.id
+        text_units = represent([p], 'text', tokenizer=tok, chunk_size=128)
+        # half of the 256-token budget is kept for the images: the text chunks are the 128-token text chunks
+        assert [u.span for u in units] == [u.span for u in text_units]
+        assert all(1 <= len(u.images) <= 2 and u.meta['image_tokens'] == 128 for u in units), p.id
         # a chunk that contains a figure's span carries that figure's image
         for f in p.figures:
             inside = [u for u in units if u.span[0] <= f.span[0] < u.span[1]]
             if inside and f.images: assert f.label in inside[0].meta['figures'] or len(inside[0].meta['figures']) == 2
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which('tesseract'), reason='tesseract not installed')
+def test_interleaved_ocr_text_fits_the_unit_budget(papers_with_figures):
+    from docbench_nb.ocr import ocr_units
+    papers, cache = papers_with_figures
+    tok = default_tokenizer()
+    n_tok = lambda t: len(tok(t, add_special_tokens=False)['input_ids'])
+    p = papers[0]
+    units = represent([p], 'interleaved', tokenizer=tok, chunk_size=256, max_pixels=300_000, cache_dir=cache)[:12]
+    done = ocr_units(units, 'tesseract', cache_dir=cache, progress=False, tokenizer=tok)
+    for u, d in zip(units, done):
+        assert d.text.startswith(u.text.strip()), u.unit_id            # the text part is kept whole
+        assert n_tok(d.text) <= 256, (u.unit_id, n_tok(d.text))        # and the image text fits the rest of the window
+    assert any(n_tok(d.text) > n_tok(u.text) for u, d in zip(units, done)), 'no figure text was added to any unit'
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TEX, reason='pdflatex/pdftoppm not installed')
@@ -48,5 +64,5 @@ def test_page_units_record_render_path(papers_with_figures):
     p = papers[0]
     units = represent([p], 'pages', max_pixels=150_000, cache_dir=cache)
     assert units and all(u.kind == 'page' and u.images for u in units)
-    assert units[0].meta['render_path'] in ('compiled', 'fallback')
+    assert units[0].meta['render_path'] in ('compiled', 'repaired', 'fallback')
     assert p.meta['render_path'] == units[0].meta['render_path']
