@@ -300,13 +300,13 @@ class HFVLMDescriber:
                  device: Optional[str] = None, dtype=None, cache_dir=None, trust_remote_code: bool = False):
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, AutoImageProcessor
-        from docbench_nb.encoders import _resolve_model_folder, _slug, _torch_dtype, _folder_digest
-        from docbench_nb.vision import _chat_template, _device
-        self.folder = _resolve_model_folder(model)
+        from docbench_nb.encoders import resolve_model_folder, model_slug, resolve_dtype, folder_digest
+        from docbench_nb.vision import model_chat_template, resolve_device
+        self.folder = resolve_model_folder(model)
         self.prompt, self.max_new_tokens, self.max_pixels = prompt, int(max_new_tokens), int(max_pixels)
-        self.device, self.cache_dir = _device(device), cache_dir
-        self.name = f"hf:{_slug(str(model).rstrip('/').split('/')[-1])}"
-        self.model = AutoModelForImageTextToText.from_pretrained(str(self.folder), dtype=_torch_dtype(dtype) or torch.float32,
+        self.device, self.cache_dir = resolve_device(device), cache_dir
+        self.name = f"hf:{model_slug(str(model).rstrip('/').split('/')[-1])}"
+        self.model = AutoModelForImageTextToText.from_pretrained(str(self.folder), dtype=resolve_dtype(dtype) or torch.float32,
                                                                  trust_remote_code=trust_remote_code).to(self.device).eval()
         try:
             self.processor = AutoProcessor.from_pretrained(str(self.folder), trust_remote_code=trust_remote_code)
@@ -318,14 +318,14 @@ class HFVLMDescriber:
             if not hasattr(self.image_processor, 'merge_size'):
                 raise OSError(f"{model}: AutoProcessor failed ({type(e).__name__}: {str(e)[:200]}) and the model is not "
                               "Qwen-VL style, so its inputs cannot be assembled without it") from None
-        self.chat_template = getattr(self.processor, 'chat_template', None) or _chat_template(self.tokenizer, self.folder)
+        self.chat_template = getattr(self.processor, 'chat_template', None) or model_chat_template(self.tokenizer, self.folder)
         cfg = self.model.config
         itid = getattr(cfg, 'image_token_id', None)
         self.image_token = self.tokenizer.convert_ids_to_tokens(itid) if itid is not None else '<|image_pad|>'
         import inspect
         self._takes_mm = 'mm_token_type_ids' in inspect.signature(self.model.forward).parameters
         self._cache = DescriptionCache(cache_dir, 'hf')
-        self._digest = _folder_digest(self.folder)
+        self._digest = folder_digest(self.folder)
         self.n_generated = self.n_cached = 0
 
     def __repr__(self): return f"HFVLMDescriber({self.name!r}, device={self.device!r}, max_new_tokens={self.max_new_tokens})"

@@ -11,9 +11,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['Encoder', 'read_st_config', 'default_text_model_path', 'pool_hidden', 'model_fingerprint', 'HFTextEncoder',
-           'as_encoder', 'load_encoder', 'default_cache_dir', 'text_key', 'EmbeddingCache', 'cached_compute',
-           'embed_cached']
+__all__ = ['Encoder', 'check_texts', 'read_st_config', 'default_text_model_path', 'pool_hidden', 'folder_digest', 'model_slug',
+           'model_fingerprint', 'resolve_model_folder', 'resolve_dtype', 'HFTextEncoder', 'as_encoder', 'load_encoder',
+           'default_cache_dir', 'text_key', 'EmbeddingCache', 'cached_compute', 'embed_cached']
 
 # %% ../nbs/05_encoders.ipynb #70b5e423
 @runtime_checkable
@@ -33,7 +33,7 @@ def _l2_normalize(x: np.ndarray) -> np.ndarray:
     n = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(n, 1e-12)
 
-def _check_texts(texts, who):
+def check_texts(texts, who):
     "A list of strings, or a clear error naming the first offending item."
     if isinstance(texts, str): raise TypeError(f"{who}: expected a list of strings, got a single string (wrap it in a list)")
     texts = list(texts)
@@ -139,7 +139,7 @@ def _file_digest(path: Path) -> str:
 
 _WEIGHT_PAT = re.compile(r'.*\.(safetensors|bin|pt|pth|json|txt|model|tiktoken)$')
 
-def _folder_digest(folder: Path) -> str:
+def folder_digest(folder: Path) -> str:
     "Digest of the weight, config and tokenizer files of a model folder (recursively, excluding READMEs/onnx)."
     h = hashlib.sha256()
     for p in sorted(folder.rglob('*')):
@@ -159,7 +159,9 @@ def _tensor_digest(module) -> str:
         h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
-def _slug(s: str) -> str: return re.sub(r'[^A-Za-z0-9._-]+', '_', s).strip('_')[:60] or 'model'
+def model_slug(s: str) -> str:
+    "A file-name-safe short form of a model name (cache folder names)."
+    return re.sub(r'[^A-Za-z0-9._-]+', '_', s).strip('_')[:60] or 'model'
 
 def model_fingerprint(encoder) -> str:
     "Stable id of an encoder's weights + pooling + prefix configuration, safe as a folder name and cache key."
@@ -174,13 +176,13 @@ def model_fingerprint(encoder) -> str:
         warnings.warn(f"encoder {getattr(encoder, 'name', encoder)!r} exposes no weights or `fingerprint`; "
                       "its cache key only sees its name and class, so a changed model would reuse stale vectors")
         d = hashlib.sha256(f"{type(encoder).__qualname__}|{getattr(encoder, 'name', '')}".encode()).hexdigest()
-    return f"{_slug(getattr(encoder, 'name', type(encoder).__name__))}-{d[:20]}"
+    return f"{model_slug(getattr(encoder, 'name', type(encoder).__name__))}-{d[:20]}"
 
 # %% ../nbs/05_encoders.ipynb #255e6c7a
 _E5_PAT = re.compile(r'(^|[/_-])e5-(small|base|large)', re.I)
 _HUB_IGNORE = ['onnx/*', 'openvino/*', '*.onnx', '*.h5', '*.msgpack', '*.ot', 'flax_model*', 'tf_model*', 'rust_model*', '*.gguf']
 
-def _resolve_model_folder(model: str) -> Path:
+def resolve_model_folder(model: str) -> Path:
     "A local folder as is; a hub id is downloaded (or found in the HF cache) with the usual huggingface_hub machinery."
     p = Path(model).expanduser()
     if p.is_dir(): return p.resolve()
@@ -192,7 +194,8 @@ def _resolve_model_folder(model: str) -> Path:
         raise OSError(f"model {model!r} is neither a local folder nor a downloadable Hugging Face hub id "
                       f"({type(e).__name__}: {str(e)[:200]}). Offline? Download the model elsewhere and pass its folder.") from None
 
-def _torch_dtype(dtype):
+def resolve_dtype(dtype):
+    "A torch dtype from None (model default), a torch dtype, or a name: float32/fp32, float16/fp16, bfloat16/bf16."
     import torch
     if dtype is None or isinstance(dtype, torch.dtype): return dtype
     try: return {'float32': torch.float32, 'fp32': torch.float32, 'float16': torch.float16, 'fp16': torch.float16,
@@ -232,7 +235,7 @@ class HFTextEncoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
         self.model_id = model or default_text_model_path()
-        self.folder = _resolve_model_folder(self.model_id)
+        self.folder = resolve_model_folder(self.model_id)
         self.st_config = cfg = read_st_config(self.folder)
         tf_folder = self.folder/cfg['transformer_path'] if cfg['transformer_path'] else self.folder
         if pooling == 'auto': pooling = cfg['pooling'] or 'mean'
@@ -241,9 +244,9 @@ class HFTextEncoder:
         if not cfg['include_prompt']:
             warnings.warn(f"{self.model_id}: the model excludes prompt tokens from pooling (include_prompt=false); "
                           "HFTextEncoder pools over them, so vectors differ slightly from sentence-transformers")
-        self.name = 'all-MiniLM-L6-v2' if model is None else _slug(str(self.model_id).rstrip('/').split('/')[-1])
+        self.name = 'all-MiniLM-L6-v2' if model is None else model_slug(str(self.model_id).rstrip('/').split('/')[-1])
         self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-        self.dtype = _torch_dtype(dtype) or torch.float32
+        self.dtype = resolve_dtype(dtype) or torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(str(tf_folder), trust_remote_code=trust_remote_code)
         if cfg['do_lower_case'] and hasattr(self.tokenizer, 'do_lower_case'):
             try: self.tokenizer.do_lower_case = True
@@ -288,13 +291,13 @@ class HFTextEncoder:
             settings = json.dumps(dict(pooling=self.pooling, q=self.query_prefix, p=self.passage_prefix, max_length=self.max_length,
                                        normalize=self.normalize, dtype=str(self.dtype), st=self.st_config['dense'] != [],
                                        lower=self.st_config['do_lower_case']), sort_keys=True)
-            d = hashlib.sha256((_folder_digest(self.folder) + settings).encode()).hexdigest()
+            d = hashlib.sha256((folder_digest(self.folder) + settings).encode()).hexdigest()
             self._fingerprint = f"{self.name}-{d[:20]}"
         return self._fingerprint
 
     def _encode(self, texts, prefix, batch_size, progress, who):
         import torch
-        texts = _check_texts(texts, who)
+        texts = check_texts(texts, who)
         if batch_size < 1: raise ValueError(f"{who}: batch_size must be >= 1, got {batch_size}")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))     # similar lengths share a batch: less padding
@@ -330,7 +333,7 @@ class _WrappedEncoder:
     def __init__(self, obj, name=None):
         self._obj = obj
         self.name = name or getattr(obj, 'name', None) or getattr(getattr(obj, 'model_card_data', None), 'base_model', None) or type(obj).__name__
-        self.name = _slug(str(self.name))
+        self.name = model_slug(str(self.name))
         self.tokenizer = getattr(obj, 'tokenizer', None)
         ml = getattr(obj, 'max_seq_length', None) or getattr(obj, 'max_length', None)
         self.max_length = int(ml) if ml else 512
@@ -355,7 +358,7 @@ class _WrappedEncoder:
         return self._dim
 
     def _call(self, side, texts, batch_size, progress):
-        texts = _check_texts(texts, f"{self.name} {side}")
+        texts = check_texts(texts, f"{self.name} {side}")
         if not texts: return np.zeros((0, self.dim), dtype=np.float32)
         special = getattr(self._obj, 'encode_query' if side == 'queries' else 'encode_document', None)
         fn, kw = (special, {}) if callable(special) else (self._obj.encode, {})
@@ -491,7 +494,7 @@ def embed_cached(encoder, texts: Sequence[str], kind: str = 'unit', cache=None, 
     "Vectors for `texts` (float32, `(n, dim)`), embedding only what `cache` lacks. `cache=False` disables caching."
     if kind not in ('unit', 'query'): raise ValueError(f"embed_cached: kind must be 'unit' or 'query', got {kind!r}")
     if shard_size < 1: raise ValueError(f"embed_cached: shard_size must be >= 1, got {shard_size}")
-    texts = _check_texts(texts, 'embed_cached')
+    texts = check_texts(texts, 'embed_cached')
     enc_fn = encoder.encode_units if kind == 'unit' else encoder.encode_queries
     if cache is False:
         out = [enc_fn(texts[s:s + shard_size], batch_size=batch_size) for s in

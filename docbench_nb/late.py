@@ -63,12 +63,12 @@ class HFTokenEncoder:
                  seed: int = 0, device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
         import torch
         from transformers import AutoModel, AutoTokenizer
-        from docbench_nb.encoders import default_text_model_path, _resolve_model_folder, read_st_config, _slug, _torch_dtype
+        from docbench_nb.encoders import default_text_model_path, resolve_model_folder, read_st_config, model_slug, resolve_dtype
         if long_text not in ('window', 'truncate'): raise ValueError(f"long_text {long_text!r}: expected 'window' or 'truncate'")
         if pool_method not in ('sequential', 'hierarchical'): raise ValueError(f"pool_method {pool_method!r}: expected 'sequential' or 'hierarchical'")
         if int(pool_factor) < 1: raise ValueError(f"pool_factor must be >= 1, got {pool_factor}")
         self.model_id = model or default_text_model_path()
-        self.folder = _resolve_model_folder(self.model_id)
+        self.folder = resolve_model_folder(self.model_id)
         cfg = read_st_config(self.folder)
         tf_folder = self.folder/cfg['transformer_path'] if cfg['transformer_path'] else self.folder
         self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -76,7 +76,7 @@ class HFTokenEncoder:
         if self.tokenizer.pad_token_id is None:
             if self.tokenizer.eos_token is None: raise ValueError(f"{self.model_id}: tokenizer has neither a pad nor an eos token")
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModel.from_pretrained(str(tf_folder), dtype=_torch_dtype(dtype) or torch.float32,
+        self.model = AutoModel.from_pretrained(str(tf_folder), dtype=resolve_dtype(dtype) or torch.float32,
                                                trust_remote_code=trust_remote_code).to(self.device).eval()
         mcfg = self.model.config
         self.hidden = int(getattr(mcfg, 'hidden_size', 0) or getattr(mcfg, 'd_model'))
@@ -92,7 +92,7 @@ class HFTokenEncoder:
             self.projection = np.linalg.qr(g)[0].astype(np.float32)            # orthonormal columns
         self.pool_factor, self.pool_method, self.skip_punct, self.keep_special = int(pool_factor), pool_method, skip_punct, keep_special
         self.long_text, self.seed = long_text, seed
-        base = 'all-MiniLM-L6-v2' if model is None else _slug(str(self.model_id).rstrip('/').split('/')[-1])
+        base = 'all-MiniLM-L6-v2' if model is None else model_slug(str(self.model_id).rstrip('/').split('/')[-1])
         self.name = base + (f"-d{self.dim}" if self.projection is not None else '') + (f"-pool{self.pool_factor}" if self.pool_factor > 1 else '')
         self._punct, self._fingerprint = {}, None
         self._prefix, self._suffix = self._special_affixes()
@@ -114,11 +114,11 @@ class HFTokenEncoder:
     def fingerprint(self) -> str:
         "Content hash of the model folder plus every setting that changes the token matrices."
         if self._fingerprint is None:
-            from docbench_nb.encoders import _folder_digest
+            from docbench_nb.encoders import folder_digest
             settings = json.dumps(dict(dim=self.dim, seed=self.seed, pool=[self.pool_factor, self.pool_method], punct=self.skip_punct,
                                        special=self.keep_special, max=[self.max_length, self.query_max_length], long=self.long_text,
                                        dtype=str(self.model.dtype)), sort_keys=True)
-            self._fingerprint = f"{self.name}-tok-{hashlib.sha256((_folder_digest(self.folder) + settings).encode()).hexdigest()[:20]}"
+            self._fingerprint = f"{self.name}-tok-{hashlib.sha256((folder_digest(self.folder) + settings).encode()).hexdigest()[:20]}"
         return self._fingerprint
 
     def _punct_id(self, i: int) -> bool:
@@ -134,8 +134,8 @@ class HFTokenEncoder:
 
     def _encode(self, texts, side, batch_size, progress):
         import torch
-        from docbench_nb.encoders import _check_texts
-        texts = _check_texts(texts, f"{self.name} {side}")
+        from docbench_nb.encoders import check_texts
+        texts = check_texts(texts, f"{self.name} {side}")
         if batch_size < 1: raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         is_doc = side == 'units'
         max_len = self.max_length if is_doc else self.query_max_length
@@ -247,9 +247,9 @@ class TokenCache:
 def embed_tokens_cached(encoder, texts: Sequence[str], kind: str = 'unit', cache=None, batch_size: int = 32,
                         progress: bool = True, shard_size: int = 256) -> list:
     "Token matrices for `texts` (list of float32 `(n_i, dim)`), encoding only what `cache` lacks; `cache=False` disables caching."
-    from docbench_nb.encoders import _check_texts, model_fingerprint, text_key, cached_compute
+    from docbench_nb.encoders import check_texts, model_fingerprint, text_key, cached_compute
     if kind not in ('unit', 'query'): raise ValueError(f"embed_tokens_cached: kind must be 'unit' or 'query', got {kind!r}")
-    texts = _check_texts(texts, 'embed_tokens_cached')
+    texts = check_texts(texts, 'embed_tokens_cached')
     fn = encoder.encode_units if kind == 'unit' else encoder.encode_queries
     if cache is False: return fn(texts, batch_size=batch_size, progress=progress)
     cache = TokenCache() if cache is None else cache

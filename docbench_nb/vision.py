@@ -14,8 +14,8 @@ from .assets import fit_max_pixels, file_sha256
 
 # %% auto #0
 __all__ = ['QWEN_CHAT_TEMPLATE', 'load_image', 'unit_key', 'visual_tokens', 'multivector_index_bytes', 'make_tiny_vision_models',
-           'CLIPEncoder', 'VLMEmbedder', 'ColPaliEncoder', 'embed_units_cached', 'ImageRetriever',
-           'make_vision_retriever']
+           'resolve_device', 'CLIPEncoder', 'model_chat_template', 'VLMEmbedder', 'ColPaliEncoder',
+           'embed_units_cached', 'ImageRetriever', 'make_vision_retriever']
 
 # %% ../nbs/05b_vision.ipynb #560f0996
 def load_image(path, max_pixels: Optional[int] = None):
@@ -125,14 +125,15 @@ def make_tiny_vision_models(folder, seed: int = 0) -> dict:
     return {k: str(v) for k, v in out.items()}
 
 # %% ../nbs/05b_vision.ipynb #fdf468f9
-def _device(device):
+def resolve_device(device):
+    "`device`, or 'cuda' when available, else 'cpu'."
     import torch
     return device or ('cuda' if torch.cuda.is_available() else 'cpu')
 
 def _fingerprint(name, folder, **settings) -> str:
-    from docbench_nb.encoders import _folder_digest
+    from docbench_nb.encoders import folder_digest
     s = json.dumps(settings, sort_keys=True, default=str)
-    return f"{name}-{hashlib.sha256((_folder_digest(Path(folder)) + s).encode()).hexdigest()[:20]}"
+    return f"{name}-{hashlib.sha256((folder_digest(Path(folder)) + s).encode()).hexdigest()[:20]}"
 
 def _normalize_t(x):
     import torch
@@ -158,10 +159,10 @@ class CLIPEncoder:
     def __init__(self, model: str, max_pixels: int = 1_000_000, device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
         import torch
         from transformers import AutoModel, AutoTokenizer, AutoImageProcessor
-        from docbench_nb.encoders import _resolve_model_folder, _slug, _torch_dtype
-        self.folder = _resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = _slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), _device(device)
-        self.model = AutoModel.from_pretrained(str(self.folder), dtype=_torch_dtype(dtype) or torch.float32,
+        from docbench_nb.encoders import resolve_model_folder, model_slug, resolve_dtype
+        self.folder = resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
+        self.model = AutoModel.from_pretrained(str(self.folder), dtype=resolve_dtype(dtype) or torch.float32,
                                                trust_remote_code=trust_remote_code).to(self.device).eval()
         if not (hasattr(self.model, 'get_text_features') and hasattr(self.model, 'get_image_features')):
             raise TypeError(f"{model}: {type(self.model).__name__} is not a dual encoder (no get_text_features/get_image_features)")
@@ -183,8 +184,8 @@ class CLIPEncoder:
 
     def _text(self, texts, batch_size, progress):
         import torch
-        from docbench_nb.encoders import _check_texts
-        texts = _check_texts(texts, self.name)
+        from docbench_nb.encoders import check_texts
+        texts = check_texts(texts, self.name)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         pad = dict(padding='max_length', max_length=min(64, self.max_length)) if self.siglip else dict(padding=True, max_length=self.max_length)
         with torch.inference_mode():
@@ -232,7 +233,8 @@ class CLIPEncoder:
         return out
 
 # %% ../nbs/05b_vision.ipynb #3221b8ed
-def _chat_template(tokenizer, folder: Path) -> str:
+def model_chat_template(tokenizer, folder: Path) -> str:
+    "The chat template of a model: the tokenizer's, else the folder's `chat_template.jinja`/`.json`, else the built-in Qwen template."
     if getattr(tokenizer, 'chat_template', None): return tokenizer.chat_template
     if (folder/'chat_template.jinja').is_file(): return (folder/'chat_template.jinja').read_text()
     if (folder/'chat_template.json').is_file(): return json.loads((folder/'chat_template.json').read_text())['chat_template']
@@ -246,14 +248,14 @@ class VLMEmbedder:
                  device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
         import torch
         from transformers import AutoModel, AutoTokenizer, AutoImageProcessor, AutoProcessor
-        from docbench_nb.encoders import _resolve_model_folder, _slug, _torch_dtype
-        self.folder = _resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = _slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), _device(device)
+        from docbench_nb.encoders import resolve_model_folder, model_slug, resolve_dtype
+        self.folder = resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
         self.query_instruction, self.unit_instruction, self.max_length = query_instruction, unit_instruction, int(max_length)
         from transformers.utils import logging as hf_logging
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()          # the base model of a *ForConditionalGeneration checkpoint: lm_head is expected to be unused
-        try: self.model = AutoModel.from_pretrained(str(self.folder), dtype=_torch_dtype(dtype) or torch.float32,
+        try: self.model = AutoModel.from_pretrained(str(self.folder), dtype=resolve_dtype(dtype) or torch.float32,
                                                     trust_remote_code=trust_remote_code).to(self.device).eval()
         finally: hf_logging.set_verbosity(verbosity)
         cfg = self.model.config
@@ -263,7 +265,7 @@ class VLMEmbedder:
         self.image_processor = AutoImageProcessor.from_pretrained(str(self.folder), trust_remote_code=trust_remote_code)
         self.qwen_style = hasattr(self.image_processor, 'merge_size')
         self.processor = None if self.qwen_style else AutoProcessor.from_pretrained(str(self.folder), trust_remote_code=trust_remote_code)
-        self.chat_template = _chat_template(self.tokenizer, self.folder)
+        self.chat_template = model_chat_template(self.tokenizer, self.folder)
         itid = getattr(cfg, 'image_token_id', None)
         self.image_token = self.tokenizer.convert_ids_to_tokens(itid) if itid is not None else '<|image_pad|>'
         self.image_token_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
@@ -325,13 +327,13 @@ class VLMEmbedder:
 
     def encode_queries(self, texts, batch_size: int = 8, progress: bool = False) -> np.ndarray:
         "Text queries with the query instruction; L2-normalised `(n, dim)` float32."
-        from docbench_nb.encoders import _check_texts
-        return self._encode([(t, []) for t in _check_texts(texts, self.name)], self.query_instruction, batch_size, progress, 'queries')
+        from docbench_nb.encoders import check_texts
+        return self._encode([(t, []) for t in check_texts(texts, self.name)], self.query_instruction, batch_size, progress, 'queries')
 
     def encode_units(self, texts, batch_size: int = 8, progress: bool = False) -> np.ndarray:
         "Text-only units with the unit instruction."
-        from docbench_nb.encoders import _check_texts
-        return self._encode([(t, []) for t in _check_texts(texts, self.name)], self.unit_instruction, batch_size, progress, 'units')
+        from docbench_nb.encoders import check_texts
+        return self._encode([(t, []) for t in check_texts(texts, self.name)], self.unit_instruction, batch_size, progress, 'units')
 
     def encode_images(self, paths: Sequence, batch_size: int = 8, progress: bool = False) -> np.ndarray:
         "One vector per image file (image alone in the user turn)."
@@ -351,11 +353,11 @@ class ColPaliEncoder:
     def __init__(self, model: str, max_pixels: int = 1_000_000, backend: str = 'auto', device: Optional[str] = None, dtype=None):
         import torch
         from transformers import AutoConfig
-        from docbench_nb.encoders import _resolve_model_folder, _slug, _torch_dtype
+        from docbench_nb.encoders import resolve_model_folder, model_slug, resolve_dtype
         if backend not in ('auto', 'transformers', 'colpali_engine'): raise ValueError(f"backend {backend!r}: expected 'auto', 'transformers' or 'colpali_engine'")
-        self.folder = _resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = _slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), _device(device)
-        dt = _torch_dtype(dtype) or torch.float32
+        self.folder = resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
+        dt = resolve_dtype(dtype) or torch.float32
         try: mtype = AutoConfig.from_pretrained(str(self.folder)).model_type
         except (ValueError, OSError): mtype = None
         if backend == 'auto': backend = 'transformers' if mtype in ('colqwen2', 'colpali', 'colmodernvbert') else 'colpali_engine'
@@ -398,8 +400,8 @@ class ColPaliEncoder:
     def encode_queries(self, texts, batch_size: int = 16, progress: bool = False) -> list:
         "One `(n_tokens, dim)` matrix per query (the processor's query prefix and augmentation tokens included)."
         import torch
-        from docbench_nb.encoders import _check_texts
-        texts, out = _check_texts(texts, self.name), []
+        from docbench_nb.encoders import check_texts
+        texts, out = check_texts(texts, self.name), []
         with torch.inference_mode():
             for s in tqdm(range(0, len(texts), batch_size), desc=f"{self.name} queries", disable=not progress, leave=False):
                 chunk = texts[s:s + batch_size]
