@@ -4,11 +4,12 @@
                                  [--json out.json]
 
 Per paper (2 worker processes by default, fresh cache so nothing is reused):
-  * render_paper: real sandboxed compile, else the minimal-template fallback; records which path it took,
-    pages, seconds and the first warning;
+  * render_paper: real sandboxed compile, else the same compile with a repaired preamble (missing packages
+    removed, missing class replaced by article), else the minimal-template fallback; records which path it took,
+    pages, seconds, the first warning, the repairs and why repairing stopped;
   * rasterization alone: pdftoppm on the resulting PDF again into an empty cache (pages/second);
   * every figure file the parsed paper references: convert_figure at --max-pixels, success by format.
-Prints the compile success rate (compiled / fallback / failed), end-to-end and rasterization pages per second,
+Prints the compile success rate (compiled / repaired / fallback / failed; "own LaTeX" = compiled + repaired), end-to-end and rasterization pages per second,
 and figure-conversion success by format with the reasons for failures. There is no reference library for
 LaTeX rendering to compare against in-process; the numbers are absolute (wall-clock on this machine).
 """
@@ -48,7 +49,9 @@ def work(src, max_pixels, timeout, cache):
     out['parser'] = how
     t0 = time.time()
     r = render_paper(paper, max_pixels=max_pixels, cache_dir=cache, timeout=timeout)
-    out.update(path=r.path, pages=len(r.pages), seconds=round(time.time() - t0, 2), warning=(r.warnings or [''])[0][:200])
+    out.update(path=r.path, pages=len(r.pages), seconds=round(time.time() - t0, 2), warning=(r.warnings or [''])[0][:200],
+               repairs=list(getattr(r, 'repairs', [])),
+               repair_stop=next((w[len('repair stopped: '):][:300] for w in r.warnings if w.startswith('repair stopped: ')), ''))
     if r.pdf:
         t1 = time.time()
         with tempfile.TemporaryDirectory() as td:
@@ -85,30 +88,40 @@ def main():
         for f in as_completed(futs):
             r = f.result(); results.append(r)
             nf = len(r.get('figures', [])); okf = sum(x['ok'] for x in r.get('figures', []))
+            note = ('; '.join(x.split(' (')[0] for x in r['repairs']) if r.get('repairs') else
+                    'repair stopped: ' + r['repair_stop'] if r.get('repair_stop') else r.get('warning', r.get('error', '')))
             print(f"{r['id'][:40]:40s} {r['path']:9s} pages={r.get('pages', 0):3d} {r.get('seconds', 0):6.1f}s "
-                  f"figs={okf}/{nf}  {r.get('warning', r.get('error', ''))[:90]}", flush=True)
+                  f"figs={okf}/{nf}  {note[:110]}", flush=True)
     wall = time.time() - t0
     results.sort(key=lambda r: r['id'])
     paths = collections.Counter(r['path'] for r in results)
     n = len(results)
     print(f'\n== compile paths over {n} papers (wall {wall:.0f}s with {a.procs} processes)')
-    for k in ('compiled', 'fallback', 'failed', 'parse-error'):
+    for k in ('compiled', 'repaired', 'fallback', 'failed', 'parse-error'):
         print(f'  {k:12s} {paths.get(k, 0):3d}  ({100 * paths.get(k, 0) / max(n, 1):.1f}%)')
+    own = paths.get('compiled', 0) + paths.get('repaired', 0)
+    print(f'  own LaTeX    {own:3d}  ({100 * own / max(n, 1):.1f}%)  (compiled + repaired)')
     pages = sum(r.get('pages', 0) for r in results)
     cpu_render = sum(r.get('seconds', 0) for r in results)
     print(f'  pages rendered {pages}; end-to-end (compile+rasterize) {pages / max(cpu_render, 1e-9):.2f} pages/s per process, '
           f'{pages / wall:.2f} pages/s wall')
-    for k in ('compiled', 'fallback'):
+    for k in ('compiled', 'repaired', 'fallback'):
         sel = [r for r in results if r['path'] == k]
         if sel: print(f'  {k}: median {sorted(r["seconds"] for r in sel)[len(sel) // 2]:.1f}s/paper, '
                       f'{sum(r["pages"] for r in sel)} pages')
     rp = sum(r.get('raster_pages', 0) for r in results); rs = sum(r.get('raster_seconds', 0) for r in results)
     print(f'  rasterization only (pdftoppm + budget check): {rp} pages in {rs:.1f}s = {rp / max(rs, 1e-9):.2f} pages/s per process')
-    reasons = collections.Counter(re.sub(r"`[^']*'", '`X\'', r.get('warning', ''))[:80] for r in results if r['path'] != 'compiled')
+    reasons = collections.Counter(re.sub(r"`[^']*'", '`X\'', r.get('warning', ''))[:80] for r in results if r['path'] not in ('compiled', 'repaired'))
     print('  why the real compile failed (top):')
     for w, c in reasons.most_common(8): print(f'    {c:3d}  {w}')
     missing = collections.Counter(m for r in results for m in re.findall(r"File `([^']+)' not found", r.get('warning', '')))
-    if missing: print('  missing files:', ', '.join(f'{k} ({v})' for k, v in missing.most_common(15)))
+    if missing: print('  missing files (first compile):', ', '.join(f'{k} ({v})' for k, v in missing.most_common(15)))
+    rep_kinds = collections.Counter(re.sub(r'\s*\(.*', '', re.sub(r'(package|class) \S+', r'\1 X', x)) for r in results for x in r.get('repairs', []))
+    if rep_kinds: print('  repairs applied:', ', '.join(f'{k} ({v})' for k, v in rep_kinds.most_common(8)))
+    stops = [r for r in results if r.get('repair_stop')]
+    if stops:
+        print('  why repairing stopped (papers left on the fallback):')
+        for r in stops: print(f"    {r['id'][:32]:32s} {r['repair_stop'][:150]}")
 
     figs = [f for r in results for f in r.get('figures', [])]
     print(f'\n== figure conversion over {len(figs)} referenced figure files (max_pixels {a.max_pixels:,})')

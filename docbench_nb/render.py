@@ -5,7 +5,7 @@
 # %% ../nbs/03a_render.ipynb #77951c59
 from __future__ import annotations
 import os, re, json, math, time, shutil, hashlib, tempfile, unicodedata, warnings as _warnings
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 from typing import Optional
 from PIL import Image
@@ -14,10 +14,12 @@ from .assets import (run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, file
                                 _vector_dpi, default_cache_dir)
 
 # %% auto #0
-__all__ = ['ENGINES', 'RENDER_VERSION', 'PAGES_PER_CALL', 'MAX_TREE_BYTES', 'MAX_OUTPUT_FILE_BYTES', 'MATH_COMMANDS',
-           'STRATEGIES', 'RenderError', 'RenderResult', 'tex_errors', 'compile_latex', 'pdf_page_count', 'render_pages',
-           'escape_text', 'minimal_document', 'compile_tex_string', 'undefined_in_template', 'tree_digest',
-           'render_paper', 'render_snippet']
+__all__ = ['ENGINES', 'RENDER_VERSION', 'PAGES_VERSION', 'OWN_LATEX_PATHS', 'PAGES_PER_CALL', 'MAX_TREE_BYTES',
+           'MAX_OUTPUT_FILE_BYTES', 'MATH_COMMANDS', 'STRATEGIES', 'CLASS_SHIM', 'CLASS_PACKAGES', 'FRONT_MATTER_SHIM',
+           'BODY_SHIM', 'PACKAGE_SHIMS', 'ARTICLE_OPTIONS', 'MICROTYPE_FIX', 'RenderError', 'RenderResult',
+           'tex_errors', 'compile_latex', 'pdf_page_count', 'render_pages', 'escape_text', 'minimal_document',
+           'compile_tex_string', 'undefined_in_template', 'missing_files', 'class_packages', 'repair_preamble',
+           'tree_digest', 'render_paper', 'render_snippet']
 
 # %% ../nbs/03a_render.ipynb #bb917cc2
 class RenderError(Exception):
@@ -25,7 +27,7 @@ class RenderError(Exception):
 
 @dataclass
 class RenderResult:
-    "How one paper became page images: `path` is `'compiled'` (its own LaTeX), `'fallback'` (minimal template) or `'failed'`."
+    "How one paper became page images: `path` is `'compiled'` (its own LaTeX), `'repaired'` (its own LaTeX after `repairs`), `'fallback'` (minimal template) or `'failed'`."
     paper_id: str
     path: str
     pages: list = field(default_factory=list)       # PNG paths, page order
@@ -33,12 +35,18 @@ class RenderResult:
     log_tail: str = ''                               # end of the real compile's TeX log (why it failed, if it did)
     seconds: float = 0.0
     warnings: list = field(default_factory=list)
+    repairs: list = field(default_factory=list)     # what was changed in the preamble before it compiled ('repaired')
     def to_dict(self): return asdict(self)
     @classmethod
-    def from_dict(cls, d): return cls(**d)
+    def from_dict(cls, d):
+        "Read a cached dict; keys from older or newer versions that this class lacks are ignored."
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 ENGINES = ('pdflatex', 'xelatex')   # lualatex is left out: Lua's own io library is not confined by openin_any
-RENDER_VERSION = 'v1'
+RENDER_VERSION = 'v2'                 # part of render_paper's cache key: bump when what a paper renders to changes
+PAGES_VERSION = 'v1'                  # rasterized pages and snippets (keyed by PDF / text content): unchanged by repairs
+OWN_LATEX_PATHS = ('compiled', 'repaired')   # render paths that show the authors' own layout
 PAGES_PER_CALL = 16                   # pdftoppm pages per call (raw PPMs are ~3 MB a page at 1M pixels)
 MAX_TREE_BYTES = 2 * 1024**3
 MAX_OUTPUT_FILE_BYTES = 1024**3       # RLIMIT_FSIZE for the TeX process: a runaway \write cannot fill the disk
@@ -93,8 +101,8 @@ def _needs_rerun(log: str, cwd: Path, job: str) -> bool:
         or (cwd / f'{job}.toc').exists()
 
 def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engine: str = 'pdflatex',
-                  runs: int = 2) -> tuple:
-    "Compile `root/main_file` in a sandboxed copy; `(pdf_path | None, log)`. `timeout` covers all runs; the PDF goes to `out_dir` (default: a new temp folder the caller owns)."
+                  runs: int = 2, main_text: str | None = None) -> tuple:
+    "Compile `root/main_file` in a sandboxed copy; `(pdf_path | None, log)`. `timeout` covers all runs; the PDF goes to `out_dir` (default: a new temp folder the caller owns). `main_text` replaces the main file's content in the copy only."
     if engine not in ENGINES: raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     exe = shutil.which(engine)
     if not exe: raise RenderError(f"{engine} is not installed (Debian: texlive-latex-base)")
@@ -106,6 +114,7 @@ def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engi
     with tempfile.TemporaryDirectory(prefix='docbench-tex-') as td:
         work = Path(td); src = work / 'src'
         notes = _copy_tree(root, src)
+        if main_text is not None: (src / rel).write_bytes(main_text.encode('utf-8', 'surrogateescape'))
         env, cwd = _tex_env(work, src), src / rel.parent
         log, pdf = '', cwd / f'{job}.pdf'
         cmd = [exe, '-no-shell-escape', '-no-parse-first-line', '-interaction=nonstopmode', '-file-line-error', rel.name]
@@ -146,7 +155,7 @@ def render_pages(pdf, max_pixels: int = 1_000_000, dpi: float | None = None, fir
     a, b = max(1, first or 1), min(n, last or n)
     if a > b: return []
     key = f"{file_sha256(pdf)}-{int(max_pixels)}-{dpi or 'auto'}-{a}-{b}"
-    base = Path(cache_dir or default_cache_dir()) / 'pages' / RENDER_VERSION
+    base = Path(cache_dir or default_cache_dir()) / 'pages' / PAGES_VERSION
     final = base / key
     if (final / 'pages.json').exists():
         names = json.loads((final / 'pages.json').read_text())
@@ -814,6 +823,299 @@ def undefined_in_template(names) -> list:
     pdf, log = compile_tex_string(doc)
     return sorted(set(re.findall(r'UNDEF:(\w+)', log)))
 
+# %% ../nbs/03a_render.ipynb #6d731620
+_MISSING_RES = (re.compile(r"File `([^'\n]+)' not found"), re.compile(r"I can't find file `([^'\n]+)'"))
+
+def missing_files(log: str) -> list:
+    "Files a TeX log reports as not found (LaTeX's `File `x' not found`, pdftex.def's, TeX's `I can't find file`), in log order, each once."
+    hits = sorted((m.start(), m.group(1).strip()) for rx in _MISSING_RES for m in rx.finditer(log or ''))
+    return list(dict.fromkeys(name for _, name in hits if name))
+
+# %% ../nbs/03a_render.ipynb #681d7ee8
+CLASS_SHIM = r"""%% docbench: stand-ins for the missing class's author block (authors accumulate, affiliations print below)
+\def\docbenchAuthors{}
+\def\docbenchSetAuthor{\expandafter\gdef\csname @author\endcsname}
+\newcommand\docbenchAddAuthor[1]{\ifx\docbenchAuthors\empty\gdef\docbenchAuthors{#1}\else%
+  \expandafter\gdef\expandafter\docbenchAuthors\expandafter{\docbenchAuthors\and #1}\fi\docbenchSetAuthor{\docbenchAuthors}}
+\newcommand\docbenchAddAffil[1]{\expandafter\gdef\expandafter\docbenchAuthors\expandafter{\docbenchAuthors\\\parbox[t]{.45\textwidth}{\centering\footnotesize #1}}%
+  \docbenchSetAuthor{\docbenchAuthors}}
+\RenewDocumentCommand\author{s o m}{\docbenchAddAuthor{#3}}
+\ProvideDocumentCommand\affiliation{s o m}{\docbenchAddAffil{#3}}
+\ProvideDocumentCommand\affil{s o m}{\docbenchAddAffil{#3}}
+\ProvideDocumentCommand\address{s o m}{\docbenchAddAffil{#3}}
+\ProvideDocumentCommand\institute{o m}{\docbenchAddAffil{#2}}
+\ProvideDocumentEnvironment{frontmatter}{}{}{\maketitle}
+\RenewDocumentCommand\title{o m}{\expandafter\gdef\csname @title\endcsname{#2}\gdef\docbenchHaveTitle{}}
+\AddToHook{env/abstract/before}{\ifdefined\docbenchHaveTitle\maketitle\fi}
+\date{}
+"""
+
+CLASS_PACKAGES = (    # what journal classes typically load themselves: (package, loaded unless the paper loads one of these)
+    ('natbib', frozenset('natbib biblatex cite apacite harvard chicago jurabib'.split())),
+    ('graphicx', frozenset({'graphicx', 'graphics'})),
+    ('amssymb', frozenset('amssymb newtxmath newpxmath mathabx MnSymbol fdsymbol stix stix2 unicode-math txfonts pxfonts kpfonts'.split())),
+    ('url', frozenset({'url', 'hyperref'})),
+)
+
+def class_packages(loaded) -> list:
+    "The `CLASS_PACKAGES` a paper that loads the packages `loaded` should get with a substituted class."
+    return [p for p, unless in CLASS_PACKAGES if not (set(loaded) & unless)]
+
+FRONT_MATTER_SHIM = r"""%% docbench: stand-ins for journal-class macros (each defined only if still undefined)
+\ProvideDocumentCommand\affiliation{s o m}{}
+\ProvideDocumentCommand\affil{s o m}{}
+\ProvideDocumentCommand\address{s o m}{}
+\ProvideDocumentCommand\institute{o m}{}
+\ProvideDocumentCommand\altaffiliation{o m}{}
+\ProvideDocumentCommand\email{o m}{}
+\ProvideDocumentCommand\correspondingauthor{m}{}
+\ProvideDocumentCommand\corres{m}{}
+\ProvideDocumentCommand\orcid{m}{}
+\ProvideDocumentCommand\equalcont{m}{}
+\ProvideDocumentCommand\ead{o m}{}
+\ProvideDocumentCommand\printead{o m}{}
+\ProvideDocumentCommand\shorttitle{m}{}
+\ProvideDocumentCommand\shortauthors{m}{}
+\ProvideDocumentCommand\titlerunning{m}{}
+\ProvideDocumentCommand\authorrunning{m}{}
+\ProvideDocumentCommand\runtitle{m}{}
+\ProvideDocumentCommand\runauthor{m}{}
+\ProvideDocumentCommand\received{m}{}
+\ProvideDocumentCommand\revised{m}{}
+\ProvideDocumentCommand\accepted{m}{}
+\ProvideDocumentCommand\published{m}{}
+\ProvideDocumentCommand\submitjournal{m}{}
+\ProvideDocumentCommand\journalname{m}{}
+\ProvideDocumentCommand\collaboration{o m m}{}\providecommand\nocollaboration[1]{}
+\providecommand\fnm[1]{#1}\providecommand\sur[1]{#1}\providecommand\fnms[1]{#1}\providecommand\snm[1]{#1}
+\providecommand\orgdiv[1]{#1}\providecommand\orgname[1]{#1}\providecommand\orgaddress[1]{#1}
+\providecommand\street[1]{#1}\providecommand\city[1]{#1}\providecommand\postcode[1]{#1}
+\providecommand\state[1]{#1}\providecommand\country[1]{#1}
+\providecommand\and{\quad}
+\providecommand\docbenchProvideEnd[2]{\ifcsname end#1\endcsname\else\expandafter\gdef\csname end#1\endcsname{#2}\fi}
+\providecommand\startlocaldefs{}\docbenchProvideEnd{localdefs}{}
+\ProvideDocumentEnvironment{aug}{}{}{}
+"""
+
+BODY_SHIM = r"""%% docbench: stand-ins for journal-class body, table and bibliography macros (each defined only if still undefined)
+\providecommand\docbenchProvideEnd[2]{\ifcsname end#1\endcsname\else\expandafter\gdef\csname end#1\endcsname{#2}\fi}
+\providecommand\keywords{\par\noindent\textbf{Keywords:}\ }\docbenchProvideEnd{keywords}{\par}
+\ProvideDocumentEnvironment{keyword}{o}{\par\noindent\textbf{Keywords:}\ }{\par}
+\ProvideDocumentCommand\kwd{o m}{#2;\ }
+\providecommand\acknowledgments{\section*{Acknowledgments}}\docbenchProvideEnd{acknowledgments}{}
+\providecommand\acknowledgements{\section*{Acknowledgements}}\docbenchProvideEnd{acknowledgements}{}
+\ProvideDocumentCommand\bmhead{m}{\paragraph*{#1}}
+\providecommand\backmatter{}
+\ProvideDocumentCommand\software{m}{\par\noindent\textit{Software:} #1\par}
+\ProvideDocumentCommand\facilities{m}{\par\noindent\textit{Facilities:} #1\par}
+\ProvideDocumentCommand\facility{m}{#1}
+\ProvideDocumentCommand\dataset{o m}{#2}
+\ProvideDocumentCommand\object{o m}{#2}
+\ProvideDocumentCommand\added{o m}{#2}
+\ProvideDocumentCommand\deleted{o m}{}
+\ProvideDocumentCommand\replaced{o m m}{#3}
+\ProvideDocumentCommand\explain{m}{}
+\providecommand\nolinenumbers{}\providecommand\onecolumngrid{}\providecommand\twocolumngrid{}
+\providecommand\doi[1]{\texttt{doi:\detokenize{#1}}}
+\providecommand\href[2]{#2}
+\providecommand\ion[2]{#1~\textsc{#2}}
+\providecommand\degr{\ensuremath{^\circ}}\providecommand\arcsec{\ensuremath{''}}\providecommand\arcmin{\ensuremath{'}}
+\providecommand\micron{\ensuremath{\mu}m}\providecommand\sun{\ensuremath{\odot}}\providecommand\earth{\ensuremath{\oplus}}
+\providecommand\tablenotemark[1]{\textsuperscript{#1}}
+\providecommand\tablenotetext[2]{\par\smallskip{\footnotesize\textsuperscript{#1}#2\par}}
+\providecommand\tablecomments[1]{\par\smallskip{\footnotesize Note --- #1\par}}
+\providecommand\tablerefs[1]{\par\smallskip{\footnotesize References --- #1\par}}
+\providecommand\startlongtable{}\providecommand\tablewidth[1]{}\providecommand\tabletypesize[1]{#1}
+\providecommand\tablenum[1]{}\providecommand\decimals{}\providecommand\nodata{\ldots}\providecommand\colhead[1]{#1}
+\providecommand\docbenchHead{}\providecommand\docbenchCols{l}
+\providecommand\tablehead[1]{\gdef\docbenchHead{#1}}
+\providecommand\tablecaption[1]{\caption{#1}}
+\providecommand\docbenchTabular[1]{\begin{tabular}{#1}}
+\providecommand\startdata{\ifx\docbenchHead\empty\def\docbenchHeadRow{}\else\def\docbenchHeadRow{\docbenchHead\\\hline}\fi%
+  \par\smallskip\expandafter\docbenchTabular\expandafter{\docbenchCols}\hline\docbenchHeadRow}
+\docbenchProvideEnd{data}{\crcr\hline\end{tabular}}
+\ProvideDocumentEnvironment{deluxetable}{o m o}{\begin{table}[htbp]\centering\small\gdef\docbenchHead{}\def\docbenchCols{#2}}{\end{table}}
+\ProvideDocumentEnvironment{deluxetable*}{o m o}{\begin{table*}[htbp]\centering\small\gdef\docbenchHead{}\def\docbenchCols{#2}}{\end{table*}}
+\providecommand\apj{ApJ}\providecommand\apjl{ApJL}\providecommand\apjs{ApJS}\providecommand\aj{AJ}
+\providecommand\mnras{MNRAS}\providecommand\aap{A\&A}\providecommand\aaps{A\&AS}\providecommand\aapr{A\&A~Rv}
+\providecommand\pasp{PASP}\providecommand\pasj{PASJ}\providecommand\pasa{PASA}\providecommand\araa{ARA\&A}
+\providecommand\nat{Nature}\providecommand\icarus{Icarus}\providecommand\apss{Ap\&SS}\providecommand\ssr{Space~Sci.~Rev.}
+\providecommand\solphys{Sol.~Phys.}\providecommand\na{New~A}\providecommand\nar{New~A~Rev.}\providecommand\jcap{JCAP}
+\providecommand\prd{Phys.~Rev.~D}\providecommand\prl{Phys.~Rev.~Lett.}\providecommand\pra{Phys.~Rev.~A}
+\providecommand\prb{Phys.~Rev.~B}\providecommand\pre{Phys.~Rev.~E}\providecommand\physrep{Phys.~Rep.}
+\providecommand\jgr{J.~Geophys.~Res.}\providecommand\grl{Geophys.~Res.~Lett.}\providecommand\baas{BAAS}
+\providecommand\procspie{Proc.~SPIE}\providecommand\actaa{Acta Astron.}\providecommand\aplett{Astrophys.~Lett.}
+\providecommand\memsai{Mem.~Soc.~Astron.~Italiana}\providecommand\planss{Planet.~Space~Sci.}\providecommand\jcp{J.~Chem.~Phys.}
+"""
+
+PACKAGE_SHIMS = (      # (package-name pattern, stand-in definitions put where the package was loaded)
+    (r'showyourwork', r'\providecommand\script[1]{}\providecommand\variable[1]{\IfFileExists{#1}{\input{#1}}{??}}'
+                      r'\providecommand\GitHubURL{}\providecommand\GitHubSHA{}\providecommand\GitHubIcon{}\providecommand\showyourwork{}'),
+    (r'fontawesome\d*', ''.join(r'\providecommand\fa%s{}' % x for x in
+                        'Github GitHub FileCodeO FileTextO Code Book Database Link ExternalLink Envelope Twitter Python Globe File '
+                        'FileCode FileAlt Pencil PencilAlt Download Copyright Orcid Check Times Star'.split())
+                       + r'\ProvideDocumentCommand\faIcon{s o m}{}'),
+    (r'fontspec|xeCJK|unicode-math', r'\ProvideDocumentCommand\setmainfont{o m o}{}\ProvideDocumentCommand\setsansfont{o m o}{}'
+                                     r'\ProvideDocumentCommand\setmonofont{o m o}{}\ProvideDocumentCommand\setmathfont{o m o}{}'
+                                     r'\ProvideDocumentCommand\newfontfamily{m o m o}{}\ProvideDocumentCommand\setCJKmainfont{o m o}{}'
+                                     r'\ProvideDocumentCommand\setCJKsansfont{o m o}{}\ProvideDocumentCommand\setCJKmonofont{o m o}{}'),
+    (r'dsfont', r'\providecommand\mathds[1]{\ifdefined\mathbb\mathbb{#1}\else\mathbf{#1}\fi}'),
+    (r'bbm', r'\providecommand\mathbbm[1]{\ifdefined\mathbb\mathbb{#1}\else\mathbf{#1}\fi}'),
+    (r'CJK(utf8)?', r'\ProvideDocumentEnvironment{CJK}{o m m}{}{}\ProvideDocumentEnvironment{CJK*}{o m m}{}{}'),
+    (r'(neurips|nips)\w*', r'\providecommand\And{\and}\providecommand\AND{\and}\IfFileExists{natbib.sty}{\RequirePackage{natbib}}{}'),
+    (r'icml\d*', r'\IfFileExists{algorithmic.sty}{\RequirePackage{algorithm,algorithmic}}{}\IfFileExists{natbib.sty}{\RequirePackage{natbib}}{}'
+                 r'\providecommand\icmltitle[1]{{\centering\Large\bfseries #1\par}\vskip 1em}\providecommand\icmltitlerunning[1]{}'
+                 r'\ProvideDocumentEnvironment{icmlauthorlist}{}{\begin{center}}{\end{center}}\providecommand\icmlauthor[2]{#1\quad}'
+                 r'\providecommand\icmlaffiliation[2]{}\providecommand\icmlcorrespondingauthor[2]{}\providecommand\icmlkeywords[1]{}'
+                 r'\providecommand\icmlsetsymbol[2]{}\providecommand\printAffiliationsAndNotice[1]{}\providecommand\icmlEqualContribution{}'),
+    (r'aistats\d*', r'\providecommand\aistatstitle[1]{{\centering\Large\bfseries #1\par}\vskip 1em}'
+                    r'\providecommand\aistatsauthor[1]{{\centering #1\par}}\providecommand\aistatsaddress[1]{{\centering\small #1\par}\vskip 1em}'),
+)
+
+ARTICLE_OPTIONS = frozenset('10pt 11pt 12pt onecolumn twocolumn oneside twoside a4paper a5paper b5paper letterpaper '
+                            'legalpaper executivepaper landscape leqno fleqn openbib titlepage notitlepage'.split())
+
+# %% ../nbs/03a_render.ipynb #5815711f
+def _comment_starts(tex: str) -> list:
+    "Sorted `(start, end)` spans of `%` comments (an unescaped `%` to the end of its line)."
+    spans = []
+    for m in re.finditer(r'(?<!\\)(?:\\\\)*%', tex):
+        a = m.end() - 1; e = tex.find('\n', a)
+        spans.append((a, len(tex) if e < 0 else e))
+    return spans
+
+def _in_spans(i: int, spans) -> bool:
+    import bisect
+    k = bisect.bisect_right(spans, (i, float('inf'))) - 1
+    return k >= 0 and spans[k][0] <= i < spans[k][1]
+
+def _skip_ws(tex: str, i: int) -> int:
+    "Index of the next character that is neither whitespace nor inside a `%` comment."
+    n = len(tex)
+    while i < n:
+        if tex[i].isspace(): i += 1
+        elif tex[i] == '%':
+            e = tex.find('\n', i); i = n if e < 0 else e + 1
+        else: break
+    return i
+
+def _balanced(tex: str, i: int) -> int:
+    "Index just past the group opened at `tex[i]` (`{` to its matching `}`, `[` to the first `]` outside braces); -1 if unclosed."
+    close, depth, n, j = ('}' if tex[i] == '{' else ']'), 0, len(tex), i + 1
+    while j < n:
+        c = tex[j]
+        if c == '\\': j += 2; continue
+        if c == '%':
+            e = tex.find('\n', j); j = n if e < 0 else e + 1; continue
+        if c == '{': depth += 1
+        elif c == '}':
+            if depth == 0: return j + 1 if close == '}' else -1
+            depth -= 1
+        elif c == close and depth == 0: return j + 1
+        j += 1
+    return -1
+
+def _scan_command(tex: str, i: int):
+    "After a command name at `i`: `(options | None, arg_start, arg_end, end)` for `[opts]{arg}[date]`, or None."
+    j = _skip_ws(tex, i); opts = None
+    if j < len(tex) and tex[j] == '[':
+        k = _balanced(tex, j)
+        if k < 0: return None
+        opts, j = tex[j + 1:k - 1], _skip_ws(tex, k)
+    if j >= len(tex) or tex[j] != '{': return None
+    k = _balanced(tex, j)
+    if k < 0: return None
+    end, t = k, k
+    while t < len(tex) and tex[t] in ' \t': t += 1
+    if t < len(tex) and tex[t] == '[':                      # \usepackage{x}[2020/01/01]
+        e = _balanced(tex, t)
+        if e > 0: end = e
+    return opts, j + 1, k - 1, end
+
+def _names(arg: str) -> list:
+    "The comma-separated names of a package list, comments and whitespace removed."
+    arg = re.sub(r'(?<!\\)%[^\n]*', '', arg)
+    return [x.strip() for x in arg.split(',') if x.strip()]
+
+# %% ../nbs/03a_render.ipynb #084b7a6a
+_PKG_CMD = re.compile(r'\\(usepackage|RequirePackage)(?![A-Za-z@])')
+_CLS_CMD = re.compile(r'\\documentclass(?![A-Za-z@])')
+_BEGIN_DOC = re.compile(r'\\begin\s*\{document\}')
+
+def _strip_ext(name: str, ext: str) -> str:
+    name = name.strip()
+    return name[:-len(ext)] if name.endswith(ext) else name
+
+def _package_shim(name: str) -> str:
+    base = name.rsplit('/', 1)[-1]
+    return ''.join(shim for pat, shim in PACKAGE_SHIMS if re.fullmatch(pat, base))
+
+def _first_outside(rx, tex: str, spans, start: int = 0, stop: int | None = None):
+    for m in rx.finditer(tex, start, len(tex) if stop is None else stop):
+        if not _in_spans(m.start(), spans): return m
+    return None
+
+def _loaded_packages(tex: str, spans, limit: int) -> set:
+    "Names of the packages `tex` loads before `limit` (outside comments)."
+    out = set()
+    for m in _PKG_CMD.finditer(tex, 0, limit):
+        sc = None if _in_spans(m.start(), spans) else _scan_command(tex, m.end())
+        if sc: out.update(_strip_ext(x, '.sty') for x in _names(tex[sc[1]:sc[2]]))
+    return out
+
+def _repair(tex: str, missing_pkgs, missing_class=None) -> tuple:
+    "`(patched, notes, unresolved)`: like `repair_preamble`, plus the names this text does not load itself."
+    pkgs = {_strip_ext(p, '.sty') for p in missing_pkgs or ()}
+    cls = _strip_ext(missing_class, '.cls') if missing_class else None
+    spans = _comment_starts(tex)
+    begin = _first_outside(_BEGIN_DOC, tex, spans)
+    limit = begin.start() if begin else len(tex)
+    edits, notes, done = [], [], set()
+    if cls:
+        m = _first_outside(_CLS_CMD, tex, spans, 0, limit)
+        sc = _scan_command(tex, m.end()) if m else None
+        if sc and _strip_ext(tex[sc[1]:sc[2]], '.cls') == cls:
+            opts = _names(sc[0] or '')
+            kept = [o for o in opts if o in ARTICLE_OPTIONS]
+            dropped = [o for o in opts if o not in ARTICLE_OPTIONS]
+            loaded = _loaded_packages(tex, spans, limit)
+            extra = class_packages(loaded)
+            edits.append((m.start(), sc[3], '\\documentclass' + (f"[{','.join(kept)}]" if kept else '') + '{article}\n'
+                          + ''.join(f'\\IfFileExists{{{x}.sty}}{{\\RequirePackage{{{x}}}}}{{}}\n' for x in extra)
+                          + ('' if 'hyperref' in loaded else '\\providecommand\\hypersetup[1]{}\n')
+                          + CLASS_SHIM + FRONT_MATTER_SHIM))
+            done.add(cls)
+            notes.append(f"replaced class {cls} ({cls}.cls not found) by article" + (f"[{','.join(kept)}]" if kept else '')
+                         + (f", dropped options {','.join(dropped)}" if dropped else '')
+                         + (f"; loaded {','.join(extra)} as journal classes do" if extra else '') + '; added stand-ins for front-matter macros')
+    for m in _PKG_CMD.finditer(tex, 0, limit):
+        if not pkgs or _in_spans(m.start(), spans): continue
+        sc = _scan_command(tex, m.end())
+        if not sc: continue
+        opts, a, b, end = sc
+        names = _names(tex[a:b])
+        drop = [x for x in names if _strip_ext(x, '.sty') in pkgs]
+        if not drop: continue
+        keep = [x for x in names if x not in drop]
+        new = ('\\' + m.group(1) + (f'[{opts}]' if opts is not None else '') + '{' + ','.join(keep) + '}' + tex[b + 1:end]) if keep else ''
+        shims = ''.join(_package_shim(x) for x in drop)
+        edits.append((m.start(), end, new + shims))
+        for x in drop:
+            done.add(_strip_ext(x, '.sty'))
+            notes.append(f"removed package {x} ({_strip_ext(x, '.sty')}.sty not found)" + (f", kept {','.join(keep)}" if keep else '')
+                         + ('; added stand-ins for its commands' if _package_shim(x) else ''))
+    if edits and begin:            # everything else only once every package has loaded: no clash with their \newcommands
+        edits.append((limit, limit, ('' if cls in done else FRONT_MATTER_SHIM) + BODY_SHIM))
+    out = tex
+    for a, e, new in sorted(edits, key=lambda x: (x[0], x[1]), reverse=True): out = out[:a] + new + out[e:]
+    unresolved = sorted((pkgs | ({cls} if cls else set())) - done)
+    return out, notes, unresolved
+
+def repair_preamble(tex: str, missing_pkgs=(), missing_class: str | None = None) -> tuple:
+    "`(patched_tex, notes)`: `tex` without the missing packages `missing_pkgs` (names, `.sty` optional) and with `article` for the missing class, plus stand-ins."
+    out, notes, unresolved = _repair(tex, missing_pkgs, missing_class)
+    return out, notes + [f'{x} is not loaded by this file (another package or class asks for it): left as is' for x in unresolved]
+
 # %% ../nbs/03a_render.ipynb #28e479e5
 def tree_digest(root) -> str:
     "SHA-256 over every file (relative path + content hash) under `root`, `.git` excluded."
@@ -846,9 +1148,120 @@ def _load_cached(d: Path):
     if all(Path(p).exists() for p in r.pages) and (r.pdf is None or Path(r.pdf).exists()): return r
     return None
 
+_NO_EXPANSION = 'auto expansion is only possible with scalable fonts'
+MICROTYPE_FIX = '\\PassOptionsToPackage{expansion=false}{microtype}%% docbench: bitmap fonts here, no font expansion\n'
+
+_ENGINE_ONLY = re.compile(r'Package (\w[\w-]*) Error: .{0,40}requires (?:either )?(?:XeTeX|LuaTeX|XeLaTeX|LuaLaTeX)')
+
+def _unloadable(log: str) -> list:
+    "Packages and classes that stopped this compile: missing files, and packages that need another engine (as `x.sty`)."
+    return [f for f in missing_files(log) if f.endswith(('.sty', '.cls'))] + [m + '.sty' for m in _ENGINE_ONLY.findall(log or '')]
+
+_FILE_ABORT = re.compile(r'job aborted, file error in nonstop mode|Enter file name:.{0,3000}?cannot \\read from terminal', re.S)
+_FATAL_FILE = re.compile(r"(?:LaTeX Error: File|I can't find file) `([^'\n]+)'")
+
+def _fatal_input(log: str) -> str | None:
+    "The input file (not a package or class) whose absence stopped TeX (TeX's or LaTeX's file prompt, aborted), if that is what stopped it."
+    if not _FILE_ABORT.search(log or ''): return None
+    names = [n.strip() for n in _FATAL_FILE.findall(log)]
+    return names[-1] if names and not names[-1].endswith(('.sty', '.cls')) else None
+
+def _drop_inputs(tex: str, names) -> tuple:
+    "`(tex, notes, unresolved)`: `tex` without the `\\input`/`\\include` commands (outside comments) of the files `names`."
+    notes, unresolved = [], []
+    for name in sorted(names):
+        stem = re.escape(name[:-4] if name.endswith('.tex') else name)
+        rx = re.compile(r'\\(?:input|include)(?:\s*\{\s*%s(?:\.tex)?\s*\}|\s+%s(?:\.tex)?(?=[\s\\{}]|$))' % (stem, stem))
+        spans = _comment_starts(tex)
+        hits = [m for m in rx.finditer(tex) if not _in_spans(m.start(), spans)]
+        if not hits: unresolved.append(name); continue
+        for m in reversed(hits): tex = tex[:m.start()] + tex[m.end():]
+        notes.append(f'dropped \\input of {name} (not in the source)')
+    return tex, notes, unresolved
+
+_INPUT_CMD = re.compile(r'\\(?:input|include)\s*\{\s*([^{}\s]+)\s*\}')
+
+def _tex_name(name: str) -> str:
+    "The file TeX's `\\input` looks for: `.tex` added when the name has no extension."
+    return name if '.' in name.rsplit('/', 1)[-1] else name + '.tex'
+
+def _absent_inputs(tex: str, root: Path, main_dir: Path) -> set:
+    "Names `\\input`/`\\include`d by `tex` (outside comments) that exist neither beside the main file nor at the tree root."
+    spans, out = _comment_starts(tex), set()
+    for m in _INPUT_CMD.finditer(tex):
+        name = m.group(1)
+        if _in_spans(m.start(), spans) or '#' in name or '\\' in name: continue
+        cands = [name] if name.endswith('.tex') else [name, name + '.tex']
+        if not any((d / c).is_file() for d in (main_dir, root) for c in cands):
+            out.add(_tex_name(name))
+    return out
+
+def _repairable(log: str) -> bool:
+    "Does the failed compile's `log` show a problem `render_paper` can repair (a missing or engine-only package, a missing class or `\\input` file, microtype on bitmap fonts)?"
+    return bool(_unloadable(log)) or _NO_EXPANSION in log or _fatal_input(log) is not None
+
+def _repair_and_compile(root: Path, main_file: str, log: str, out_dir, deadline: float, engine: str,
+                        max_repairs: int) -> tuple:
+    "Repair what stopped the failed compile (its `log` says) and recompile, round after round: `(pdf | None, log, repairs, why_stopped)`."
+    base = (root / main_file).read_bytes().decode('utf-8', 'surrogateescape')
+    pkgs, cls, inputs, seen, engine_only = set(), None, set(), set(), set()
+    flat, no_expansion, notes = False, False, []
+    def stop(why):
+        done = f" (after: {'; '.join(notes)})" if notes else ''
+        return None, log, [], (why + done)[:600]
+    def patch(text):
+        text, n1, u1 = _repair(text, pkgs, cls)
+        text, n2, u2 = _drop_inputs(text, inputs)
+        return text, n1 + n2, u1, u2
+    for _ in range(max_repairs):
+        missing, lost = _unloadable(log), _fatal_input(log)
+        if missing:
+            name = missing[-1]                               # the file that stopped TeX
+            if name in seen: return stop(f'{name} is still missing after the repair')
+            seen.add(name)
+            if name.endswith('.cls'):
+                if cls: return stop(f'{name} is asked for by the class file, not by the main file: cannot repair')
+                cls = name
+            else: pkgs.add(name)
+            if name[:-4] in _ENGINE_ONLY.findall(log): engine_only.add(name[:-4])
+        elif _NO_EXPANSION in log and not no_expansion:
+            no_expansion = True                              # T1 Computer Modern without cm-super is bitmap: microtype stops TeX
+        elif lost and lost not in seen:                  # drop it, and every other \input of an absent file, at once
+            seen.add(lost); inputs.add(_tex_name(lost))
+            inputs |= _absent_inputs(base, root, (root / main_file).parent)
+        else:
+            if notes and 'TIMEOUT' in log[-300:]: return stop('the repaired compile timed out')
+            errs = [e for e in tex_errors(log) if 'Fatal error occurred' not in e and 'Emergency stop' not in e]
+            return stop('the compile failed for another reason than a missing package, class or input file'
+                        + (f": {errs[-1][:200]}" if errs else ''))
+        text, new_notes, unresolved, lost_inputs = patch(base)
+        if (unresolved or lost_inputs) and not flat:         # the \usepackage / \input may sit in an \input-ed file
+            try:
+                from docbench_nb.latex import flatten_latex
+                ftext = flatten_latex(str(root), main_file).text     # (flattening leaves out \inputs of missing files)
+                ftext2, fnotes, funres, _ = patch(ftext)
+                if not funres:
+                    base, text, unresolved, lost_inputs, flat = ftext, ftext2, funres, [], True
+                    new_notes = fnotes + [f'dropped \\input of {x} (not in the source)' for x in sorted(inputs) if x not in ' '.join(fnotes)]
+            except Exception: pass
+        if unresolved:
+            return stop(f"{', '.join(x + ('.cls' if cls and x == cls[:-4] else '.sty') for x in unresolved)} "
+                        "is loaded by another package or class, not by the main file: cannot remove it")
+        if lost_inputs: return stop(f"{', '.join(lost_inputs)} is missing and not \\input by the main file: cannot drop it")
+        new_notes = [re.sub(r'\((%s)\.sty not found\)' % '|'.join(map(re.escape, engine_only)), rf'(needs XeTeX or LuaTeX, not {engine})', x)
+                     if engine_only else x for x in new_notes]
+        notes = list(dict.fromkeys((["inlined the main file's \\input files (flattened) to patch them"] if flat else []) + new_notes
+                                   + (['turned off microtype font expansion (bitmap fonts on this TeX installation)'] if no_expansion else [])))
+        if no_expansion: text = MICROTYPE_FIX + text
+        left = deadline - time.monotonic()
+        if left < 2: return stop('no time left for another repaired compile')
+        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=left, engine=engine, main_text=text)
+        if pdf is not None: return pdf, log, notes, ''
+    return stop(f'still no PDF after {max_repairs} repairs')
+
 def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 120,
-                 engine: str = 'pdflatex', max_pages: int | None = None) -> RenderResult:
-    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`), else its text via `minimal_document` (`'fallback'`)."
+                 engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
+    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`)."
     t0 = time.time()
     paper = _as_paper(paper_or_src)
     cache = Path(cache_dir or default_cache_dir())
@@ -856,11 +1269,11 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
     have_src = bool(paper.main_file) and (root / paper.main_file).is_file()
     ident = '\0'.join([RENDER_VERSION, tree_digest(root) if have_src else '-', paper.main_file or '',
                        hashlib.sha256((paper.title + '\0' + paper.text).encode('utf-8', 'surrogatepass')).hexdigest(),
-                       str(max_pixels), engine, str(max_pages)])
+                       str(max_pixels), engine, str(max_pages), str(max_repairs)])
     d = cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
     hit = _load_cached(d)
     if hit: return hit
-    warns, log_tail, pdf = [], '', None
+    warns, log_tail, pdf, repairs = [], '', None, []
     if not (shutil.which(engine) and shutil.which('pdftoppm')):
         return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed'], seconds=time.time() - t0)
     tmp_out = Path(tempfile.mkdtemp(prefix='docbench-render-'))
@@ -868,20 +1281,30 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
         path = 'failed'
         if have_src:
             try:
+                deadline = time.monotonic() + timeout              # the real compile and all repairs share `timeout`
                 pdf, log = compile_latex(root, paper.main_file, out_dir=tmp_out, timeout=timeout, engine=engine)
                 log_tail = log[-3000:]
                 errs = tex_errors(log)
                 if pdf is None:
                     why = 'timed out' if 'TIMEOUT' in log[-300:] else (errs[0] if errs else 'no PDF written')
                     warns.append(f'real compile failed: {why[:300]}')
+                    if max_repairs > 0 and 'TIMEOUT' not in log[-300:] and _repairable(log):
+                        pdf, rlog, repairs, stop = _repair_and_compile(root, paper.main_file, log, tmp_out, deadline, engine, max_repairs)
+                        if rlog is not log: log_tail = rlog[-3000:]
+                        if pdf is None: warns.append(f'repair stopped: {stop}')
+                        else:
+                            warns.append(f"compiled after {len(repairs)} repair{'s' * (len(repairs) != 1)}: " + '; '.join(repairs)[:300])
+                            errs = tex_errors(rlog)
+                            if errs: warns.append(f'repaired compile had {len(errs)} TeX errors, first: {errs[0][:200]}')
                 elif errs: warns.append(f'compiled with {len(errs)} TeX errors, first: {errs[0][:200]}')
             except RenderError as e: warns.append(f'real compile not attempted: {e}')
         else: warns.append(f'no main file in {root}: using the fallback')
         if pdf is not None:
             try: n_pages = pdf_page_count(pdf)
             except AssetError as e: n_pages = 0; warns.append(f'compiled PDF is unreadable: {e}')
-        if pdf is not None and n_pages > 0: path = 'compiled'
+        if pdf is not None and n_pages > 0: path = 'repaired' if repairs else 'compiled'
         else:
+            repairs = []
             pdf = None
             for strategy in STRATEGIES:
                 doc = minimal_document(paper.text, title=paper.title, strategy=strategy)
@@ -897,7 +1320,7 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
         if pdf is not None:
             try: pages = render_pages(pdf, max_pixels=max_pixels, last=max_pages, timeout=timeout, cache_dir=cache)
             except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
-        res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns)
+        res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs)
         if path != 'failed':
             d.mkdir(parents=True, exist_ok=True)
             res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
@@ -910,8 +1333,8 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
 def render_snippet(text: str, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 60,
                    base_size: float = 10.0, min_size: float = 2.0, with_info: bool = False):
     "One page image of `text` (LaTeX) at most `max_pixels` pixels, shrinking the font until it fits one page."
-    cache = Path(cache_dir or default_cache_dir()) / 'snippets' / RENDER_VERSION
-    key = hashlib.sha256('\0'.join([RENDER_VERSION, text, str(max_pixels), str(base_size), str(min_size)])
+    cache = Path(cache_dir or default_cache_dir()) / 'snippets' / PAGES_VERSION
+    key = hashlib.sha256('\0'.join([PAGES_VERSION, text, str(max_pixels), str(base_size), str(min_size)])
                          .encode('utf-8', 'surrogatepass')).hexdigest()
     png, meta = cache / f'{key}.png', cache / f'{key}.json'
     if png.exists() and meta.exists():

@@ -1,4 +1,4 @@
-"Rendering: sandbox (shell escape, file reads outside the copy, endless loops), page budget, fallback, snippets, real papers."
+"Rendering: sandbox (shell escape, file reads outside the copy, endless loops), page budget, preamble repairs, fallback, snippets, real papers."
 import os, re, shutil, subprocess, time, unicodedata, uuid, warnings
 from pathlib import Path
 import pytest
@@ -57,7 +57,7 @@ def test_no_reads_or_writes_outside_the_copy(tmp_path, cache, attack):
     d = tmp_path / 'a' / 'b' / 'paper'
     p = make_paper(d, f'Visible start. {attack} Visible end.', text='Visible start. Visible end.')
     r = R.render_paper(p, cache_dir=cache, timeout=60)
-    assert r.path in ('compiled', 'fallback') and r.pdf
+    assert r.path in ('compiled', 'repaired', 'fallback') and r.pdf           # a refused \input is dropped ('repaired')
     txt = pdf_text(r.pdf)
     assert 'Visible' in txt
     for secret in _secret_lines(): assert secret not in txt
@@ -149,8 +149,9 @@ def test_render_paper_is_cached_by_tree_content(tmp_path, cache):
 def test_missing_class_falls_back_to_text(tmp_path, cache):
     p = make_paper(tmp_path / 'chem', 'Body.', cls='docbenchabsentclass',
                    text=r'\section{Results} The free energy $\Delta G = -RT\ln K$ is negative \cite{x}.')
-    r = R.render_paper(p, cache_dir=cache)
-    assert r.path == 'fallback' and r.pages
+    assert R.render_paper(p, cache_dir=cache).path == 'repaired'                # by default the class is substituted
+    r = R.render_paper(p, cache_dir=cache, max_repairs=0)                         # without repairs: the text fallback
+    assert r.path == 'fallback' and r.pages and r.repairs == []
     assert 'docbenchabsentclass.cls' in r.warnings[0] and 'docbenchabsentclass' in r.log_tail
     txt = pdf_text(r.pdf)
     assert 'Results' in txt and 'The free energy' in txt and 'is negative' in txt
@@ -159,6 +160,142 @@ def test_missing_class_falls_back_to_text(tmp_path, cache):
 def test_paper_without_source_uses_fallback(cache):
     r = R.render_paper(Paper(id='nosrc', text='Only text here.'), cache_dir=cache)
     assert r.path == 'fallback' and 'Only text here.' in pdf_text(r.pdf)
+
+
+# ---------------------------------------------------------------- preamble repairs
+def test_missing_files_reads_latex_pdftex_and_tex_messages():
+    log = ("! LaTeX Error: File `showyourwork.sty' not found.\n./ms.tex:2: LaTeX Error: File `aastex62.cls' not found.\n"
+           "./ms.tex:9: Package pdftex.def Error: File `fig/a.pdf' not found: using draft setting.\n! I can't find file `sec/intro'.\n"
+           "! LaTeX Error: File `showyourwork.sty' not found.\n")
+    assert R.missing_files(log) == ['showyourwork.sty', 'aastex62.cls', 'fig/a.pdf', 'sec/intro']
+    assert R.missing_files('no problems here') == [] and R.missing_files(None) == []
+
+
+@pytest.mark.parametrize('line, want', [
+    (r'\usepackage{gone}', ''),
+    (r'\usepackage[opt=1]{gone}', ''),
+    (r'\RequirePackage{gone}[2020/01/01]', ''),
+    (r'\usepackage{amsmath,gone}', r'\usepackage{amsmath}'),
+    (r'\usepackage[T1]{ fontenc , gone }', r'\usepackage[T1]{fontenc}'),
+    ('\\usepackage[colorlinks,\n  linkcolor={red}]{gone,%note\n hyperref}[2021/01/01]', '\\usepackage[colorlinks,\n  linkcolor={red}]{hyperref}[2021/01/01]'),
+    ('\\usepackage % spaced\n  {gone}', ''),
+    (r'\usepackage{gonetoo,gone.sty}', r'\usepackage{gonetoo}'),
+])
+def test_repair_removes_only_the_missing_package(line, want):
+    tex = f'\\documentclass{{article}}\n{line}\n\\begin{{document}}x\\end{{document}}\n'
+    out, notes = R.repair_preamble(tex, {'gone.sty'})
+    head = out[:out.index('%% docbench')]
+    assert head == f'\\documentclass{{article}}\n{want}\n', head
+    assert len(notes) == 1 and notes[0].startswith('removed package gone')
+    assert out.rstrip().endswith('\\begin{document}x\\end{document}')
+
+
+def test_repair_leaves_comments_and_unrelated_text_alone():
+    tex = '\\documentclass{article}\n% \\usepackage{gone}\n\\usepackage{gonex} \\newcommand\\gone{x}\n\\begin{document}\\usepackage{gone}\\end{document}'
+    assert R.repair_preamble(tex, {'gone'}) == (tex, ['gone is not loaded by this file (another package or class asks for it): left as is'])
+    assert R.repair_preamble(tex, set()) == (tex, [])
+
+
+def test_repair_substitutes_article_for_a_missing_class():
+    tex = ('%\\documentclass{old}\n\\documentclass[twocolumn, 11pt, linenumbers,\n  a4paper]{sn-jnl}\n\\usepackage{biblatex}\n'
+           '\\begin{document}x\\end{document}')
+    out, notes = R.repair_preamble(tex, set(), 'sn-jnl.cls')
+    assert out.startswith('%\\documentclass{old}\n\\documentclass[twocolumn,11pt,a4paper]{article}\n')
+    assert 'RequirePackage{natbib}' not in out and 'RequirePackage{graphicx}' in out      # biblatex rules natbib out
+    assert out.index(R.CLASS_SHIM) < out.index(R.FRONT_MATTER_SHIM) < out.index('\\usepackage{biblatex}') < out.index(R.BODY_SHIM)
+    assert notes == ['replaced class sn-jnl (sn-jnl.cls not found) by article[twocolumn,11pt,a4paper], dropped options linenumbers; '
+                     'loaded graphicx,amssymb,url as journal classes do; added stand-ins for front-matter macros']
+    assert R.repair_preamble(tex, set(), 'other.cls')[0] == tex
+
+
+def _odd_paper(d, body='Body text of the odd paper.', preamble=''):
+    d = Path(d); d.mkdir(parents=True, exist_ok=True)
+    (d / 'ms.tex').write_text('\\documentclass[twocolumn,modern]{docbenchjournal}\n\\usepackage{amsmath, docbenchgone}\n' + preamble +
+                              '\n\\shorttitle{Short}\n\\begin{document}\n\\title{Odd Title}\n\\author[0000-0001]{Ann Author}\n'
+                              '\\affiliation{Dept. of Examples}\n\\email{ann@example.org}\n\\begin{abstract}Abstract words.\\end{abstract}\n'
+                              '\\keywords{repairs}\n\\section{Intro}' + body + '\n\\end{document}\n')
+    return Paper(id='odd', title='Odd Title', root=str(d), main_file='ms.tex', text=body)
+
+
+def test_repaired_paper_renders_its_own_latex(tmp_path, cache):
+    p = _odd_paper(tmp_path / 'odd')
+    before = (tmp_path / 'odd' / 'ms.tex').read_bytes()
+    r = R.render_paper(p, cache_dir=cache)
+    assert r.path == 'repaired' and r.pages and r.path in R.OWN_LATEX_PATHS
+    assert len(r.repairs) == 2 and 'docbenchjournal' in r.repairs[0] and 'docbenchgone' in r.repairs[1], r.repairs
+    assert r.warnings[0].startswith("real compile failed: ! LaTeX Error: File `docbenchjournal.cls' not found")
+    txt = pdf_text(r.pdf)
+    for w in ('Odd Title', 'Ann Author', 'Dept. of Examples', 'Abstract words.', 'Keywords: repairs', 'Body text of the odd paper.'):
+        assert w in txt, (w, txt)
+    assert txt.index('Odd Title') < txt.index('Abstract words.')          # the title block comes first, as in the journal class
+    assert 'ann@example.org' not in txt and 'Short' not in txt
+    assert (tmp_path / 'odd' / 'ms.tex').read_bytes() == before and sorted(os.listdir(tmp_path / 'odd')) == ['ms.tex']
+    again = R.render_paper(p, cache_dir=cache)
+    assert again == r                                                     # cached, repairs included
+    assert R.render_paper(p, cache_dir=cache, max_repairs=1).path == 'fallback'     # two rounds are needed
+
+
+def test_repair_in_an_input_preamble_file(tmp_path, cache):
+    d = tmp_path / 'inp'; d.mkdir()
+    (d / 'main.tex').write_text('\\documentclass{article}\n\\input{preamble}\n\\begin{document}\nInput preamble paper. \\mathds{R}\n\\end{document}\n')
+    (d / 'preamble.tex').write_text('\\usepackage{amssymb}\n\\usepackage{dsfont}% double-struck\n')
+    r = R.render_paper(Paper(id='inp', root=str(d), main_file='main.tex', text='Input preamble paper.'), cache_dir=cache)
+    if R.missing_files(r.log_tail) == [] and r.path == 'compiled': pytest.skip('dsfont is installed here')
+    assert r.path == 'repaired' and any('flattened' in x for x in r.repairs) and any('dsfont' in x for x in r.repairs), r.repairs
+    assert 'Input preamble paper.' in pdf_text(r.pdf) and (d / 'preamble.tex').read_text().startswith('\\usepackage{amssymb}')
+
+
+def test_repair_stops_when_another_package_needs_the_missing_one(tmp_path, cache):
+    d = tmp_path / 'wrap'
+    p = make_paper(d, 'Wrapped paper.', preamble='\\usepackage{docbenchwrapper}', text='Wrapped paper.')
+    (d / 'docbenchwrapper.sty').write_text('\\ProvidesPackage{docbenchwrapper}\n\\RequirePackage{docbenchgone}\n')
+    r = R.render_paper(p, cache_dir=cache)
+    assert r.path == 'fallback' and r.repairs == []
+    stop = [w for w in r.warnings if w.startswith('repair stopped')]
+    assert stop and 'docbenchgone.sty is loaded by another package or class' in stop[0], r.warnings
+
+
+@pytest.mark.parametrize('fatal', [False, True])
+def test_repaired_compile_keeps_the_sandbox(tmp_path, cache, fatal):
+    "A paper that needs repairs and attacks: non-fatal attacks still give 'repaired', fatal ones the fallback; nothing leaks either way."
+    marker = Path('/tmp') / f'pwned_{uuid.uuid4().hex}'
+    d = tmp_path / 'deep' / 'evil'
+    body = (f'Visible start. \\immediate\\write18{{touch {marker}}} \\IfFileExists{{/etc/passwd}}{{\\input{{/etc/passwd}}}}{{NOPASSWD}} '
+            r'\openin5=/etc/passwd \ifeof5 CLOSED\else OPENED\fi\ '
+            + (r'\input{/etc/passwd} \immediate\openout3=../escaped.tex \immediate\write3{x}\immediate\closeout3 ' if fatal else '')
+            + 'Visible end.')
+    p = _odd_paper(d, body=body, preamble=r'\usepackage{/etc/passwd}')
+    r = R.render_paper(p, cache_dir=cache, timeout=60)
+    assert r.path == ('fallback' if fatal else 'repaired'), (r.warnings, r.log_tail[-800:])
+    if fatal: assert any(w.startswith('repair stopped: the compile failed for another reason') and "can't write on file" in w
+                         for w in r.warnings), r.warnings
+    else:
+        assert any('/etc/passwd' in x for x in r.repairs), r.repairs          # \usepackage{/etc/passwd} was refused, then dropped
+        txt = pdf_text(r.pdf)
+        assert 'Visible start.' in txt and 'Visible end.' in txt and 'NOPASSWD' in txt and 'CLOSED' in txt
+    txt = pdf_text(r.pdf)
+    for secret in _secret_lines(): assert secret not in txt
+    assert not marker.exists() and not (d.parent / 'escaped.tex').exists()
+    assert sorted(os.listdir(d)) == ['ms.tex'] and 'docbenchjournal' in (d / 'ms.tex').read_text()
+
+
+def test_missing_input_file_is_dropped(tmp_path, cache):
+    d = tmp_path / 'gen'; (d / 'sec').mkdir(parents=True)
+    (d / 'main.tex').write_text('\\documentclass{article}\n\\begin{document}\nMain text.\n\\input{sec/body}\n% \\input{output/x}\n\\end{document}\n')
+    (d / 'sec' / 'body.tex').write_text('Section text. \\input{output/generated.tex} After table.\n')
+    r = R.render_paper(Paper(id='gen', root=str(d), main_file='main.tex', text='Main text.'), cache_dir=cache)
+    assert r.path == 'repaired', r.warnings
+    assert r.repairs == ["inlined the main file's \\input files (flattened) to patch them",
+                         'dropped \\input of output/generated.tex (not in the source)'], r.repairs
+    assert 'Main text.' in pdf_text(r.pdf) and 'After table.' in pdf_text(r.pdf)
+    assert R._drop_inputs('a \\input{x} b %\\input{x}\n\\input x.tex c \\inputx', ['x.tex']) == \
+        ('a  b %\\input{x}\n c \\inputx', ['dropped \\input of x.tex (not in the source)'], [])
+
+
+def test_main_text_replaces_the_main_file_only_in_the_copy(tmp_path):
+    d = make_paper(tmp_path / 'mt', 'Original text.').root
+    pdf, log = R.compile_latex(d, 'main.tex', timeout=60, main_text='\\documentclass{article}\\begin{document}Patched text.\\end{document}')
+    assert 'Patched text.' in pdf_text(pdf) and 'Original text.' in (Path(d) / 'main.tex').read_text()
 
 
 # ---------------------------------------------------------------- minimal_document
@@ -269,7 +406,7 @@ def test_real_papers_compile_when_their_packages_exist_and_fall_back_otherwise(s
                                            for f in _required_files(d))]
     assert odd, 'no paper needing an absent achemso.cls / showyourwork.sty in the shared corpus'
     paper = _paper(odd[0])
-    r = R.render_paper(paper, max_pixels=600_000, cache_dir=tmp_path, timeout=180)
+    r = R.render_paper(paper, max_pixels=600_000, cache_dir=tmp_path, timeout=180, max_repairs=0)   # the text fallback
     assert r.path == 'fallback' and r.pages and r.warnings[0].startswith('real compile failed'), (odd[0].name, r.warnings)
     words = re.findall(r'\b[A-Za-z]{7,}\b', re.sub(r'\\[A-Za-z]+', ' ', paper.text[:6000]))[:40]
     txt = pdf_text(r.pdf)
@@ -285,3 +422,20 @@ def test_main_file_in_subfolder_resolves_root_and_main_relative_inputs(tmp_path)
     pdf, log = R.compile_latex(tmp_path, 'paper/main.tex', out_dir=tmp_path / 'out', timeout=60)
     assert Path(pdf).parent == tmp_path / 'out'
     assert 'ROOTRELATIVE MAINRELATIVE' in pdf_text(pdf)
+
+
+@pytest.mark.slow
+def test_shared_showyourwork_paper_is_repaired_and_compiled_papers_stay_compiled(shared_papers, tmp_path):
+    "A showyourwork paper (showyourwork.sty is not in TeX Live) renders its own LaTeX once repaired; a paper that compiled still does."
+    by_id = {d.name: d for d in shared_papers}
+    syw = next((by_id[x] for x in ('dong-obliquity', 'farr-howmanysamples') if x in by_id), None)
+    if syw is None: pytest.skip('the known showyourwork papers are not in this shared corpus')
+    if _installed('showyourwork.sty', syw): pytest.skip('showyourwork.sty is installed: nothing to repair')
+    r = R.render_paper(_paper(syw), max_pixels=300_000, cache_dir=tmp_path, timeout=180, max_pages=2)
+    assert r.path == 'repaired' and r.pages, (syw.name, r.warnings)
+    assert any('showyourwork' in x for x in r.repairs) and "showyourwork.sty' not found" in r.warnings[0]
+    assert R.pdf_page_count(r.pdf) >= 2
+    ready = [d for d in shared_papers if all(_installed(f, d) for f in _required_files(d))]
+    if not ready: pytest.skip('no shared paper has all its packages on this TeX installation')
+    r2 = R.render_paper(_paper(ready[0]), max_pixels=300_000, cache_dir=tmp_path, timeout=180, max_pages=1)
+    assert r2.path == 'compiled' and r2.repairs == [], (ready[0].name, r2.warnings)
