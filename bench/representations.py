@@ -79,23 +79,34 @@ def markdown(rows) -> str:
     return '\n'.join(lines) + '\n'
 
 def plot(rows, out, sweep_file):
-    "nDCG@10 vs index size: chunk sizes (text) and pixel budgets (figures/pages, full-corpus sweep rows) of each route."
+    "nDCG@10 vs index size: chunk sizes (text), pixel budgets (figures/pages, full-corpus sweep rows) and storage settings (late) of each route."
     import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
     sweep = [r for r in (json.loads(sweep_file.read_text()) if sweep_file.exists() else []) if r['n_docs'] == 80]
-    fig, ax = plt.subplots(figsize=(8.5, 5))
     groups = {}
-    for r in rows: groups.setdefault((r['representation'], r['retriever']), []).append((r['index_mb'], r['ndcg10'], f"{r['chunk']} tok" if not r['max_pixels'] else f"{r['max_pixels'] / 1e6:g}M px"))
+    def label(r):
+        if r['retriever'].startswith('late'):
+            return {'late': 'fp32', 'late?dtype=float16': 'fp16'}.get(r['retriever'], 'fp16+pool2')
+        return f"{r['chunk']} tok" if not r['max_pixels'] else f"{r['max_pixels'] / 1e6:g}M px"
+    for r in rows:
+        ret = 'late' if r['retriever'].startswith('late') else r['retriever']
+        groups.setdefault((r['representation'], ret), []).append((r['index_mb'], r['ndcg10'], label(r)))
     for r in sweep:
         g = groups.setdefault((r['representation'], r['retriever']), [])
-        lab = f"{r['max_pixels'] / 1e6:g}M px"
-        if not any(x[2] == lab for x in g): g.append((r['index_mb'], r['ndcg10'], lab))
-    for (rep, ret), pts in sorted(groups.items()):
+        if not any(x[2] == label(r) for x in g): g.append((r['index_mb'], r['ndcg10'], label(r)))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={'width_ratios': [1, 1.3]})
+    cmap, markers = plt.get_cmap('tab20'), 'osD^vP*Xhp<>'
+    for i, ((rep, ret), pts) in enumerate(sorted(groups.items())):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker='o', label=f'{rep} | {ret}')
-        for x, y, lab in pts: ax.annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords='offset points')
-    ax.set_xscale('log'); ax.set_xlabel('index size (MB, every stored vector; BM25: sparse matrix)')
-    ax.set_ylabel('nDCG@10 (level 0)'); ax.legend(fontsize=6, loc='lower right')
-    ax.set_title('nDCG@10 vs index size across chunk sizes and pixel budgets (offline encoders, 80 papers)')
+        for ax in axes:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], color=cmap(i % 20),
+                    label=f'{rep} | {ret}' if ax is axes[0] else None)
+        for x, y, lab in pts:
+            if y > 0.9: axes[1].annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords='offset points')
+            else: axes[0].annotate(lab, (x, y), fontsize=6, xytext=(3, 3), textcoords='offset points')
+    for ax in axes: ax.set_xscale('log'); ax.set_xlabel('index size (MB, every stored vector; BM25: sparse matrix)')
+    axes[0].set_ylabel('nDCG@10 (level 0)'); axes[0].set_title('all routes'); axes[0].legend(fontsize=6, loc='center right')
+    axes[1].set_ylim(0.92, 0.99); axes[1].set_title('zoom: text, text+captions, interleaved, pages, late')
+    fig.suptitle('nDCG@10 vs index size across chunk sizes, pixel budgets and storage (offline encoders, 80 papers, dev queries)', fontsize=10)
     fig.tight_layout(); fig.savefig(out / 'ndcg_vs_index_size.png', dpi=130)
 
 if __name__ == '__main__': main()
