@@ -99,14 +99,24 @@ def main():
 
 def plot(rows, out):
     import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    leg_f = out / 'legibility.json'
+    fig, axes = plt.subplots(1, 3 if leg_f.exists() else 2, figsize=(16 if leg_f.exists() else 11, 4.2))
+    a1, a2 = axes[0], axes[1]
+    if leg_f.exists():    # OCR word recall against the PDF text layer (bench/ocr_legibility.py)
+        summ = json.loads(leg_f.read_text())['summary']
+        for path in ('all', 'compiled', 'repaired', 'fallback'):
+            pts = sorted((int(k.split('|')[0]), v) for k, v in summ.items() if k.endswith('|' + path))
+            if pts: axes[2].plot([m / 1e6 for m, _ in pts], [v['recall_mean'] for _, v in pts], marker='o',
+                                 label=f"{path} ({pts[0][1]['pages']} pages)")
+        axes[2].set_xlabel('max_pixels (millions)'); axes[2].set_ylabel('OCR word recall vs pdftotext (mean per page)')
+        axes[2].set_title('Legibility of rendered pages (Tesseract)'); axes[2].legend(fontsize=7)
     for (rep, ret, n) in sorted({(r['representation'], r['retriever'], r['n_docs']) for r in rows}):
         rs = sorted((r for r in rows if (r['representation'], r['retriever'], r['n_docs']) == (rep, ret, n)), key=lambda r: r['max_pixels'])
         a1.plot([r['max_pixels'] / 1e6 for r in rs], [r['ndcg10'] for r in rs], marker='o', label=f'{rep} | {ret} | {n} docs')
         if ret.endswith('dense'):
             a2.plot([r['projected_multivector_mb'] for r in rs], [r['ndcg10'] for r in rs], marker='s', ls='--',
-                    label=f'{rep}: projected ColQwen-style index')
-            a2.plot([r['index_mb'] for r in rs], [r['ndcg10'] for r in rs], marker='o', label=f'{rep}: OCR+MiniLM (measured)')
+                    label=f'{rep} ({n} docs): projected ColQwen-style index')
+            a2.plot([r['index_mb'] for r in rs], [r['ndcg10'] for r in rs], marker='o', label=f'{rep} ({n} docs): OCR+MiniLM (measured)')
             for r in rs: a2.annotate(f"{r['max_pixels'] / 1e6:g}M", (r['projected_multivector_mb'], r['ndcg10']), fontsize=7)
     a1.set_xlabel('max_pixels (millions)'); a1.set_ylabel('nDCG@10 (level 0), OCR route'); a1.legend(fontsize=7)
     a1.set_title('Pixel budget vs retrieval quality')
