@@ -19,6 +19,7 @@ DEFAULT = [  # (representation, retriever, chunk_size, max_pixels) — cheapest 
     ('figures', 'ocr:tesseract+bm25', 512, 1_000_000), ('figures', 'ocr:tesseract+dense', 512, 1_000_000),
     ('interleaved', 'ocr:tesseract+bm25', 512, 1_000_000), ('interleaved', 'ocr:tesseract+dense', 256, 1_000_000),
     ('pages', 'ocr:tesseract+bm25', 512, 1_000_000), ('pages', 'ocr:tesseract+dense', 512, 1_000_000),
+    ('pages', 'ocr:tesseract?chunk=256+dense', 512, 1_000_000),      # OCR text split to the encoder's window
     ('text', 'late', 256, None), ('text', 'late?dtype=float16', 256, None), ('text', 'late?dtype=float16&pool=2', 256, None),
 ]
 

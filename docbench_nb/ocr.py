@@ -16,8 +16,8 @@ from .assets import run_tool, ToolTimeout, default_cache_dir, file_sha256
 
 # %% auto #0
 __all__ = ['OCR_ENGINES', 'group_lines', 'xy_cut', 'reading_order_text', 'OCRError', 'engine_id', 'ocr_record', 'ocr_image',
-           'draw_text_image', 'clip_tokens', 'ocr_unit_text', 'ocr_units', 'OCREncoder', 'OCRRetriever',
-           'make_ocr_retriever']
+           'draw_text_image', 'clip_tokens', 'ocr_unit_text', 'ocr_units', 'OCREncoder', 'chunk_ocr_units',
+           'OCRRetriever', 'make_ocr_retriever']
 
 # %% ../nbs/05a_ocr.ipynb #4980df1b
 def _gaps(intervals, min_gap):
@@ -256,24 +256,41 @@ class OCREncoder:
         return self.text_encoder.encode_units(texts, batch_size=batch_size, progress=progress)
 
 # %% ../nbs/05a_ocr.ipynb #d72d5d26
+def chunk_ocr_units(units: Sequence[Unit], chunk_size: int, tokenizer=None) -> list:
+    "Image units whose (OCR'd) text exceeds `chunk_size` tokens split into `chunk_size`-token pieces `<unit_id>~<k>`; other units unchanged."
+    from docbench_nb.represent import chunk_spans, default_tokenizer
+    if tokenizer is None or not getattr(tokenizer, 'is_fast', False): tokenizer = default_tokenizer()
+    out = []
+    for u in units:
+        spans = chunk_spans(u.text, tokenizer, chunk_size) if u.images and u.text.strip() else []
+        if len(spans) <= 1: out.append(u); continue
+        out.extend(replace(u, unit_id=f'{u.unit_id}~{k}', text=u.text[a:b], meta={**u.meta, 'ocr_chunk': k})
+                   for k, (a, b) in enumerate(spans))
+    return out
+
+# %% ../nbs/05a_ocr.ipynb #6502f623
 class OCRRetriever:
-    "Any text retriever over OCR'd units: `OCRRetriever(BM25Retriever(), engine='tesseract')`."
+    "Any text retriever over OCR'd units: `OCRRetriever(BM25Retriever(), engine='tesseract')`; `chunk_size` splits long OCR text."
     def __init__(self, retriever, engine: str = 'rapidocr', cache_dir=None, timeout: float = 120, lang: str = 'eng',
-                 on_error: str = 'warn'):
+                 on_error: str = 'warn', chunk_size: Optional[int] = None):
         if engine not in OCR_ENGINES: raise ValueError(f"unknown OCR engine {engine!r}; expected one of {OCR_ENGINES}")
+        if chunk_size is not None and int(chunk_size) < 1: raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.retriever, self.engine, self.cache_dir, self.timeout, self.lang, self.on_error = retriever, engine, cache_dir, timeout, lang, on_error
-        self.name = f"ocr-{engine}+{retriever.name}"
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self.name = f"ocr-{engine}" + (f"@{self.chunk_size}" if self.chunk_size else '') + f"+{retriever.name}"
         self.tokenizer = getattr(retriever, 'tokenizer', None)
 
-    def __repr__(self): return f"OCRRetriever({self.retriever!r}, engine={self.engine!r})"
+    def __repr__(self): return f"OCRRetriever({self.retriever!r}, engine={self.engine!r}, chunk_size={self.chunk_size})"
 
     def index(self, units: Sequence[Unit], progress: bool = True):
-        "OCR the image units (cached), then index all units that have text with the wrapped retriever."
+        "OCR the image units (cached), optionally split long OCR text, then index all units that have text with the wrapped retriever."
         done = ocr_units(units, self.engine, self.cache_dir, self.timeout, self.lang, progress, self.on_error, self.tokenizer)
         keep = [u for u in done if u.text.strip()]
         # an image with no legible text (a photo, a plot without labels) has nothing for a text retriever to index
         self.dropped = [u.unit_id for u in done if not u.text.strip()]
         if not keep: raise ValueError(f"{self.name}: OCR found no text in any of the {len(done)} units")
+        if self.chunk_size: keep = chunk_ocr_units(keep, self.chunk_size, self.tokenizer)
+        self.n_indexed = len(keep)
         self.retriever.index(keep, progress=progress)
 
     def search(self, queries, k: int = 10):
@@ -284,13 +301,20 @@ class OCRRetriever:
     @property
     def index_bytes(self) -> int: return self.retriever.index_bytes
 
-# %% ../nbs/05a_ocr.ipynb #a020ada4
+# %% ../nbs/05a_ocr.ipynb #235b2608
 def make_ocr_retriever(spec: str, cache_dir=None, timeout: float = 120) -> OCRRetriever:
-    "'ocr:<engine>+<retriever spec>', e.g. 'ocr:tesseract+bm25', 'ocr:rapidocr+dense:<model>': OCR (cached under `<cache_dir>/ocr`), then that retriever."
+    "'ocr:<engine>[?chunk=N]+<retriever spec>', e.g. 'ocr:tesseract+bm25', 'ocr:tesseract?chunk=256+dense': OCR (cached under `<cache_dir>/ocr`), then that retriever."
     from docbench_nb.index import make_retriever
     head, plus, inner = (spec or '').strip().partition('+')
     kind, _, engine = head.partition(':')
-    if kind != 'ocr' or not plus or not inner.strip(): raise ValueError(f"unknown OCR retriever spec {spec!r}; expected 'ocr:<engine>+<retriever spec>', e.g. 'ocr:tesseract+bm25'")
+    if kind != 'ocr' or not plus or not inner.strip(): raise ValueError(f"unknown OCR retriever spec {spec!r}; expected 'ocr:<engine>[?chunk=N]+<retriever spec>', e.g. 'ocr:tesseract+bm25'")
+    engine, _, opts = engine.partition('?')
     engine = engine.strip() or 'rapidocr'
     if engine not in OCR_ENGINES: raise ValueError(f"OCR retriever spec {spec!r}: unknown engine {engine!r}; expected one of {OCR_ENGINES}")
-    return OCRRetriever(make_retriever(inner.strip(), cache_dir=cache_dir), engine=engine, cache_dir=cache_dir, timeout=timeout)
+    chunk = None
+    if opts:
+        m = re.fullmatch(r'chunk=(\d+)', opts.strip())
+        if not m: raise ValueError(f"OCR retriever spec {spec!r}: unknown option {opts!r}; the one option is chunk=<tokens>")
+        chunk = int(m.group(1))
+    return OCRRetriever(make_retriever(inner.strip(), cache_dir=cache_dir), engine=engine, cache_dir=cache_dir, timeout=timeout,
+                        chunk_size=chunk)
