@@ -40,6 +40,8 @@ def main():
     ap.add_argument('--cache-dir', default=None)
     ap.add_argument('--chunk', type=int, default=512)
     ap.add_argument('--pages', choices=('estimate', 'render'), default='estimate')
+    ap.add_argument('--render-pixels', type=int, default=1_000_000,
+                    help='pixel budget of the renders counted for pages (the pages representation default: reuses its cache)')
     ap.add_argument('--skip', default='', help='comma list of parts to skip: figrefs,stats,robustness')
     a = ap.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,8 @@ def main():
     if 'stats' not in skip:
         section(f'corpus statistics (pages: {a.pages})')
         t = time.time()
-        df = corpus_stats(papers, pages=a.pages, render_kw={'cache_dir': a.cache_dir} if a.cache_dir else None,
+        rkw = {'max_pixels': a.render_pixels, **({'cache_dir': a.cache_dir} if a.cache_dir else {})}
+        df = corpus_stats(papers, pages=a.pages, render_kw=rkw,
                           progress=False)
         s = summarize_corpus(df)
         print(f"({time.time() - t:.0f}s) {s['page_note']}; page sources: {df.page_source.value_counts().to_dict()}")
