@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 from .records import Paper, Figure
-from .represent import Describer, SourceDescriber
+from .represent import Describer, SourceDescriber, warn_paper
 from .assets import convert_paper_figures, file_sha256
 from .latex import default_cache_dir
-from .ocr import ocr_image, engine_id, OCRError, OCR_ENGINES
+from .ocr import ocr_image, engine_id, OCRError, OCR_ENGINES, atomic_write_json
 
 # %% auto #0
 __all__ = ['DEFAULT_PROMPT', 'DESCRIBER_SPECS', 'figure_where', 'figure_images', 'clean_caption', 'default_ocr_engine',
@@ -21,11 +21,6 @@ __all__ = ['DEFAULT_PROMPT', 'DESCRIBER_SPECS', 'figure_where', 'figure_images',
            'DescriptionCache', 'ChatDescriber', 'StubChatServer', 'HFVLMDescriber', 'make_describer']
 
 # %% ../nbs/04b_describe.ipynb #ce89d1b9
-def _warn(paper: Paper, msg: str):
-    "Record `msg` once in `paper.meta['represent_warnings']` (reported by `evaluate`)."
-    paper.meta.setdefault('represent_warnings', [])
-    if msg not in paper.meta['represent_warnings']: paper.meta['represent_warnings'].append(msg)
-
 def figure_where(paper: Paper, figure: Figure) -> str:
     "'<paper id>: figure <1-based index> (<label>)' — how errors and warnings name a figure."
     i = next((k for k, f in enumerate(paper.figures, 1) if f is figure), None)
@@ -35,7 +30,7 @@ def figure_images(paper: Paper, figure: Figure, max_pixels: int = 1_000_000, cac
     "PNG paths of `figure`'s images, converted and capped at `max_pixels` (cached); problems become warnings on `paper`."
     one = copy.copy(paper); one.figures = [figure]
     pngs, warns = convert_paper_figures(one, max_pixels=max_pixels, cache_dir=cache_dir or None)
-    for w in warns: _warn(paper, w)
+    for w in warns: warn_paper(paper, w)
     return [pngs[r] for r in figure.images if r in pngs]
 
 def clean_caption(figure: Figure) -> str:
@@ -71,7 +66,7 @@ class OCRSourceDescriber:
         words = []
         for png in figure_images(paper, figure, self.max_pixels, self.cache_dir):
             try: text = ocr_image(png, self.engine, cache_dir=self.cache_dir, timeout=self.timeout)
-            except OCRError as e: _warn(paper, f"{figure_where(paper, figure)}: {e}"); continue
+            except OCRError as e: warn_paper(paper, f"{figure_where(paper, figure)}: {e}"); continue
             words += [w for w in text.split() if _WORD.search(w)]
         return words[:self.max_ocr_words]
 
@@ -124,13 +119,7 @@ class DescriptionCache:
     def put(self, key: str, rec: dict):
         p = self.path(key)
         if p is None: return
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix='.tmp-', suffix='.json')
-        try:
-            with os.fdopen(fd, 'w', encoding='utf-8') as f: json.dump(rec, f, ensure_ascii=False)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True); raise
+        atomic_write_json(p, rec)
 
 # %% ../nbs/04b_describe.ipynb #03e26483
 _LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '0.0.0.0')
@@ -209,7 +198,7 @@ class ChatDescriber:
 
     def _fallback(self, paper, figure, why: str) -> str:
         if self.fallback is None: self.fallback = OCRSourceDescriber(max_pixels=self.max_pixels, cache_dir=self.cache_dir)
-        _warn(paper, f"{why}; used {self.fallback.name} instead")
+        warn_paper(paper, f"{why}; used {self.fallback.name} instead")
         text = self.fallback.describe(paper, figure)
         return f"(offline fallback, {self.fallback.name}) {text}" if text else ''
 
@@ -332,24 +321,15 @@ class HFVLMDescriber:
 
     def inputs(self, pngs, caption: str) -> dict:
         "Model inputs (tensors) for one figure: its images, then the prompt and caption, in the model's chat format."
-        from docbench_nb.vision import load_image, _pixel_cap
+        from docbench_nb.vision import load_image, qwen_vlm_inputs
         ims = [load_image(p, self.max_pixels) for p in pngs]
         text = self.prompt + (f"\n\nCaption: {caption}" if caption else '')
         msgs = [{'role': 'user', 'content': [{'type': 'image'} for _ in ims] + [{'type': 'text', 'text': text}]}]
         prompt = self.tokenizer.apply_chat_template(msgs, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True)
         if self.processor is not None:
             return dict(self.processor(text=[prompt], images=ims or None, return_tensors='pt'))
-        extra = dict(self.image_processor(images=ims, return_tensors='pt', **_pixel_cap(self.image_processor, self.max_pixels))) if ims else {}
-        if ims:
-            n_tok = (extra['image_grid_thw'].prod(-1) // self.image_processor.merge_size ** 2).tolist()
-            parts = prompt.split(self.image_token)
-            if len(parts) - 1 != len(ims):
-                raise ValueError(f"{self.name}: the chat template produced {len(parts) - 1} image placeholders for {len(ims)} images")
-            prompt = parts[0] + ''.join(self.image_token * int(n) + rest for n, rest in zip(n_tok, parts[1:]))
-        enc = self.tokenizer([prompt], return_tensors='pt', add_special_tokens=False)
-        out = {'input_ids': enc['input_ids'], 'attention_mask': enc['attention_mask'], **extra}
-        if self._takes_mm: out['mm_token_type_ids'] = (enc['input_ids'] == self.tokenizer.convert_tokens_to_ids(self.image_token)).int()
-        return out
+        return qwen_vlm_inputs([prompt], [ims], self.tokenizer, self.image_processor, self.image_token, self.max_pixels,
+                               self._takes_mm, self.name)
 
     def generate(self, pngs, caption: str) -> str:
         "Greedy generation for one figure; only the new tokens, decoded without special tokens."
@@ -366,7 +346,7 @@ class HFVLMDescriber:
     def describe(self, paper: Paper, figure: Figure) -> str:
         pngs = figure_images(paper, figure, self.max_pixels, self.cache_dir)
         if not pngs:
-            _warn(paper, f"{figure_where(paper, figure)}: no readable image for {self.name}; described by its caption and references")
+            warn_paper(paper, f"{figure_where(paper, figure)}: no readable image for {self.name}; described by its caption and references")
             return f"(offline fallback, source:caption+refs) {SourceDescriber().describe(paper, figure)}"
         caption = clean_caption(figure)
         key = description_key(self._digest, self.prompt, caption, pngs, max_new_tokens=self.max_new_tokens, max_pixels=self.max_pixels)

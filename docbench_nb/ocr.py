@@ -15,9 +15,9 @@ from .records import Unit
 from .assets import run_tool, ToolTimeout, default_cache_dir, file_sha256
 
 # %% auto #0
-__all__ = ['OCR_ENGINES', 'group_lines', 'xy_cut', 'reading_order_text', 'OCRError', 'engine_id', 'ocr_record', 'ocr_image',
-           'draw_text_image', 'clip_tokens', 'ocr_unit_text', 'ocr_units', 'OCREncoder', 'chunk_ocr_units',
-           'OCRRetriever', 'make_ocr_retriever']
+__all__ = ['OCR_ENGINES', 'group_lines', 'xy_cut', 'reading_order_text', 'OCRError', 'engine_id', 'atomic_write_json',
+           'ocr_record', 'ocr_image', 'draw_text_image', 'clip_tokens', 'ocr_unit_text', 'ocr_units', 'OCREncoder',
+           'chunk_ocr_units', 'OCRRetriever', 'make_ocr_retriever']
 
 # %% ../nbs/05a_ocr.ipynb #4980df1b
 def _gaps(intervals, min_gap):
@@ -126,7 +126,8 @@ def _ocr_tesseract(path: Path, lang: str, timeout: float) -> tuple:
     return text, text.count('\n') + bool(text)
 
 # %% ../nbs/05a_ocr.ipynb #f7845707
-def _atomic_write_json(path: Path, obj):
+def atomic_write_json(path: Path, obj):
+    "Write `obj` as JSON to `path` through a temp file + `os.replace`, so a reader never sees half a file."
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix='.' + path.name, suffix='.tmp')
     try:
@@ -154,7 +155,7 @@ def ocr_record(path, engine: str = 'rapidocr', cache_dir=None, timeout: float = 
     t0 = time.perf_counter()
     text, n = _ocr_rapidocr(path) if engine == 'rapidocr' else _ocr_tesseract(path, lang, timeout)
     rec = dict(text=text, engine=eid, seconds=round(time.perf_counter() - t0, 3), n_boxes=n, size=size, sha256=digest)
-    if cache is not None: _atomic_write_json(cache, rec)
+    if cache is not None: atomic_write_json(cache, rec)
     return {**rec, 'cached': False}
 
 def ocr_image(path, engine: str = 'rapidocr', cache_dir=None, timeout: float = 120, lang: str = 'eng') -> str:
@@ -190,14 +191,19 @@ def clip_tokens(text: str, n_tokens: int, tokenizer=None) -> str:
     return text if len(offs) <= n_tokens else text[:offs[n_tokens - 1][1]]
 
 def ocr_unit_text(unit: Unit, engine: str = 'rapidocr', cache_dir=None, timeout: float = 120, lang: str = 'eng',
-                  tokenizer=None) -> str:
-    "The unit's own text followed by the OCR text of each of its images (blank parts dropped); a unit whose `meta['image_tokens']` is set gets each image's text clipped to an even share of it."
+                  tokenizer=None, memo: Optional[dict] = None) -> str:
+    "The unit's own text followed by the OCR text of each of its images (blank parts dropped); a unit whose `meta['image_tokens']` is set gets each image's text clipped to an even share of it. `memo` (a dict) reuses an image's text across units."
     parts = [unit.text.strip()] if unit.text.strip() else []
     budget = unit.meta.get('image_tokens') if unit.meta else None
+    share = None if budget is None else budget // max(1, len(unit.images))
     for p in unit.images:
-        try: t = ocr_image(p, engine, cache_dir, timeout, lang)
-        except OCRError as e: raise OCRError(e.path, e.engine, f"{e.reason} (unit {unit.unit_id!r} of {unit.doc_id!r})") from None
-        if budget is not None: t = clip_tokens(t.strip(), budget // max(1, len(unit.images)), tokenizer)
+        key = (str(p), share)
+        if memo is not None and key in memo: t = memo[key]
+        else:
+            try: t = ocr_image(p, engine, cache_dir, timeout, lang).strip()
+            except OCRError as e: raise OCRError(e.path, e.engine, f"{e.reason} (unit {unit.unit_id!r} of {unit.doc_id!r})") from None
+            if share is not None: t = clip_tokens(t, share, tokenizer)
+            if memo is not None: memo[key] = t
         if t.strip(): parts.append(t.strip())
     return '\n'.join(parts)
 
@@ -205,11 +211,11 @@ def ocr_units(units: Sequence[Unit], engine: str = 'rapidocr', cache_dir=None, t
               progress: bool = True, on_error: str = 'raise', tokenizer=None) -> list:
     "Copies of `units` with OCR text of their images appended to `text` (clipped to `meta['image_tokens']` when set, counted by `tokenizer`). `on_error='warn'` keeps a failing unit's own text."
     if on_error not in ('raise', 'warn'): raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
-    out = []
+    out, memo = [], {}          # interleaved units share figures: each image is read (and clipped) once per call
     for u in tqdm(list(units), desc=f"OCR ({engine})", disable=not progress):
         if not isinstance(u, Unit): raise TypeError(f"ocr_units: expected Unit, got {type(u).__name__}")
         if not u.images: out.append(u); continue
-        try: text = ocr_unit_text(u, engine, cache_dir, timeout, lang, tokenizer)
+        try: text = ocr_unit_text(u, engine, cache_dir, timeout, lang, tokenizer, memo)
         except OCRError as e:
             if on_error == 'raise': raise
             warnings.warn(str(e)); text = u.text

@@ -10,8 +10,8 @@ from typing import Callable, Protocol, Optional
 from .records import Paper, Figure, Unit
 
 # %% auto #0
-__all__ = ['REPRESENTATIONS', 'token_offsets', 'chunk_spans', 'Describer', 'SourceDescriber', 'figure_section', 'text_units',
-           'text_caption_units', 'register_representation', 'represent', 'default_tokenizer']
+__all__ = ['REPRESENTATIONS', 'token_offsets', 'chunk_spans', 'warn_paper', 'Describer', 'SourceDescriber', 'figure_section',
+           'text_units', 'text_caption_units', 'register_representation', 'represent', 'default_tokenizer']
 
 # %% ../nbs/04_represent.ipynb #ee4e9548
 def token_offsets(text: str, tokenizer, window: int = 200_000) -> list:
@@ -50,6 +50,12 @@ def chunk_spans(text: str, tokenizer, chunk_size: int = 512, overlap: int = 0, s
         if j >= n: break
         i = max(i + 1, j - overlap)
     return spans
+
+# %% ../nbs/04_represent.ipynb #b1d2c8ac
+def warn_paper(paper: Paper, msg: str):
+    "Record `msg` once in `paper.meta['represent_warnings']`: a problem that cost one paper/figure something but not the run (`evaluate` reports them)."
+    paper.meta.setdefault('represent_warnings', [])
+    if msg not in paper.meta['represent_warnings']: paper.meta['represent_warnings'].append(msg)
 
 # %% ../nbs/04_represent.ipynb #7f77bcab
 class Describer(Protocol):

@@ -14,7 +14,7 @@ from .assets import fit_max_pixels, file_sha256
 
 # %% auto #0
 __all__ = ['QWEN_CHAT_TEMPLATE', 'load_image', 'unit_key', 'visual_tokens', 'multivector_index_bytes', 'make_tiny_vision_models',
-           'resolve_device', 'CLIPEncoder', 'model_chat_template', 'VLMEmbedder', 'ColPaliEncoder',
+           'resolve_device', 'CLIPEncoder', 'qwen_vlm_inputs', 'model_chat_template', 'VLMEmbedder', 'ColPaliEncoder',
            'embed_units_cached', 'ImageRetriever', 'make_vision_retriever']
 
 # %% ../nbs/05b_vision.ipynb #560f0996
@@ -233,6 +233,28 @@ class CLIPEncoder:
         return out
 
 # %% ../nbs/05b_vision.ipynb #3221b8ed
+def qwen_vlm_inputs(prompts: Sequence[str], images: Sequence[Sequence], tokenizer, image_processor, image_token: str,
+                    max_pixels: int, takes_mm: bool = False, who: str = 'model') -> dict:
+    "Qwen-VL-style inputs without a processor: `prompts[i]` holds one `image_token` per image of `images[i]` (PIL), each expanded to its visual-token count."
+    import torch
+    flat = [im for ims in images for im in ims]
+    extra, expanded, k = {}, list(prompts), 0
+    if flat:
+        extra = dict(image_processor(images=flat, return_tensors='pt', **_pixel_cap(image_processor, max_pixels)))
+        n_tok = (extra['image_grid_thw'].prod(-1) // image_processor.merge_size ** 2).tolist()
+        expanded = []
+        for p, ims in zip(prompts, images):
+            parts = p.split(image_token)
+            if len(parts) - 1 != len(ims):
+                raise ValueError(f"{who}: the chat template produced {len(parts) - 1} image placeholders for {len(ims)} images")
+            expanded.append(parts[0] + ''.join(image_token * int(n_tok[k + j]) + rest for j, rest in enumerate(parts[1:])))
+            k += len(ims)
+    enc = tokenizer(expanded, padding=True, truncation=False, return_tensors='pt', add_special_tokens=False)
+    out = {'input_ids': enc['input_ids'], 'attention_mask': enc['attention_mask'], **extra}
+    if takes_mm: out['mm_token_type_ids'] = (enc['input_ids'] == tokenizer.convert_tokens_to_ids(image_token)).to(torch.int32)
+    return out
+
+# %% ../nbs/05b_vision.ipynb #0c81d28a
 def model_chat_template(tokenizer, folder: Path) -> str:
     "The chat template of a model: the tokenizer's, else the folder's `chat_template.jinja`/`.json`, else the built-in Qwen template."
     if getattr(tokenizer, 'chat_template', None): return tokenizer.chat_template
@@ -288,29 +310,14 @@ class VLMEmbedder:
 
     def build_inputs(self, items: Sequence[tuple], instruction: Optional[str]) -> dict:
         "Model inputs for a batch of `(text, [image paths])` items (Qwen-style expansion of image placeholders)."
-        import torch
         prompts = [self._prompt(t, len(ims), instruction) for t, ims in items]
-        images = [load_image(p, self.max_pixels) for _, ims in items for p in ims]
         if not self.qwen_style:
+            images = [load_image(p, self.max_pixels) for _, ims in items for p in ims]
             return dict(self.processor(text=prompts, images=images or None, padding=True, return_tensors='pt'))
-        extra = {}
-        if images:
-            extra = dict(self.image_processor(images=images, return_tensors='pt', **_pixel_cap(self.image_processor, self.max_pixels)))
-            n_tok = (extra['image_grid_thw'].prod(-1) // self.image_processor.merge_size ** 2).tolist()
-            k, expanded = 0, []
-            for p, (_, ims) in zip(prompts, items):
-                parts = p.split(self.image_token)
-                if len(parts) - 1 != len(ims):
-                    raise ValueError(f"{self.name}: the chat template produced {len(parts) - 1} image placeholders for {len(ims)} images")
-                s = parts[0]
-                for j, rest in enumerate(parts[1:]): s += self.image_token * int(n_tok[k + j]) + rest
-                k += len(ims); expanded.append(s)
-            prompts = expanded
-        enc = self.tokenizer(prompts, padding=True, truncation=False, return_tensors='pt', add_special_tokens=False)
-        if enc['input_ids'].shape[1] > self.max_length:
-            raise ValueError(f"{self.name}: input of {enc['input_ids'].shape[1]} tokens exceeds max_length={self.max_length}; lower max_pixels")
-        out = {'input_ids': enc['input_ids'], 'attention_mask': enc['attention_mask'], **extra}
-        if self._takes_mm: out['mm_token_type_ids'] = (enc['input_ids'] == self.image_token_id).to(torch.int32)
+        out = qwen_vlm_inputs(prompts, [[load_image(p, self.max_pixels) for p in ims] for _, ims in items], self.tokenizer,
+                              self.image_processor, self.image_token, self.max_pixels, self._takes_mm, self.name)
+        if out['input_ids'].shape[1] > self.max_length:
+            raise ValueError(f"{self.name}: input of {out['input_ids'].shape[1]} tokens exceeds max_length={self.max_length}; lower max_pixels")
         return out
 
     def _encode(self, items, instruction, batch_size, progress, who):

@@ -5,22 +5,18 @@
 # %% ../nbs/04a_visual.ipynb #d184fe19
 from __future__ import annotations
 from .records import Paper, Unit
-from .represent import chunk_spans, register_representation
+from .represent import chunk_spans, register_representation, warn_paper
 
 # %% auto #0
 __all__ = ['figure_units', 'page_units', 'nearest_figures', 'interleaved_units']
 
 # %% ../nbs/04a_visual.ipynb #4e950a17
-def _warn(paper, msg):
-    paper.meta.setdefault('represent_warnings', [])
-    if msg not in paper.meta['represent_warnings']: paper.meta['represent_warnings'].append(msg)
-
 def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = 1_000_000,
                  with_caption: bool = False, cache_dir=None, **kw) -> list:
     "The `figures` representation: one unit per converted figure image (optionally with its caption as text)."
     from docbench_nb.assets import convert_paper_figures
     pngs, warns = convert_paper_figures(paper, max_pixels=max_pixels, cache_dir=cache_dir)
-    for w in warns: _warn(paper, w)
+    for w in warns: warn_paper(paper, w)
     units, n = [], 0
     for fi, f in enumerate(paper.figures):
         for rel in f.images:
@@ -36,7 +32,7 @@ def page_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixe
     "The `pages` (document-as-image) representation: one unit per rendered page, recording the render path."
     from docbench_nb.render import render_paper
     r = render_paper(paper, max_pixels=max_pixels, cache_dir=cache_dir, timeout=timeout, max_pages=max_pages)
-    for w in r.warnings: _warn(paper, f'{paper.id}: render: {w}')
+    for w in r.warnings: warn_paper(paper, f'{paper.id}: render: {w}')
     paper.meta['render_path'] = r.path
     return [Unit(paper.id, f'{paper.id}#p{i}', 'page', '', images=[png], meta={'page': i + 1, 'render_path': r.path})
             for i, png in enumerate(r.pages)]
@@ -56,7 +52,7 @@ def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pi
     if not 0 <= image_share < 1: raise ValueError(f"image_share must be in [0, 1), got {image_share}")
     from docbench_nb.assets import convert_paper_figures
     pngs, warns = convert_paper_figures(paper, max_pixels=max_pixels, cache_dir=cache_dir)
-    for w in warns: _warn(paper, w)
+    for w in warns: warn_paper(paper, w)
     figs = [f for f in paper.figures if any(r in pngs for r in f.images)]
     image_tokens = int(round(chunk_size * image_share)) if figs else 0   # a paper without figures keeps the whole budget for text
     text_tokens = max(1, chunk_size - image_tokens)
