@@ -12,7 +12,7 @@ from .records import Query, Run
 # %% auto #0
 __all__ = ['qrels_from_queries', 'trec_ranking', 'ndcg_at_k', 'recall_at_k', 'success_at_k', 'precision_at_k', 'mrr_at_k',
            'rank_of_gold', 'evaluate_run', 'robustness_at_k', 'hard_coverage_at_k', 'round_robin_fuse',
-           'paired_randomization_test', 'bootstrap_ci', 'compare_runs']
+           'paired_randomization_test', 'bootstrap_ci', 'compare_runs', 'holm_adjust']
 
 # %% ../nbs/07_metrics.ipynb #d04f1c4e
 def qrels_from_queries(queries: list[Query]) -> dict[str, dict[str, int]]:
@@ -213,3 +213,12 @@ def compare_runs(per_query_a, per_query_b, metric: str = 'ndcg@10', levels=(0,),
     t = paired_randomization_test(a, b, n_resamples, seed)
     return {'n': len(xa), 'mean_a': float(xa.mean()), 'mean_b': float(xb.mean()), 'mean_diff': t['mean_diff'],
             'ci_lo': lo, 'ci_hi': hi, 'p_value': t['p_value']}
+
+# %% ../nbs/07_metrics.ipynb #a80bb543
+def holm_adjust(ps) -> list:
+    "Holm–Bonferroni adjusted p-values, in the order of `ps`."
+    ps = np.asarray(list(ps), float); m = len(ps)
+    order = np.argsort(ps, kind='stable'); adj = np.empty(m); run = 0.0
+    for r, i in enumerate(order):
+        run = max(run, min(1.0, (m - r) * ps[i])); adj[i] = run
+    return adj.tolist()
