@@ -1,6 +1,7 @@
 # docbench — one command per job; each installs what is missing first.
 #   make demo   run the main job on the embedded demo corpus
 #   make test   run the whole test suite (notebooks + pytest)
+#   make lab    open the notebooks in JupyterLab
 SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PIP   := $(PY) -m pip
 # Debian packages the package uses (installed when missing and we are root with apt-get).
 DEBS  ?= texlive-latex-base texlive-latex-recommended texlive-latex-extra texlive-publishers texlive-science texlive-bibtex-extra texlive-lang-cjk texlive-fonts-recommended texlive-plain-generic lmodern poppler-utils ghostscript tesseract-ocr tesseract-ocr-eng
 
-.PHONY: install sysdeps demo test test-fast export readme docs clean
+.PHONY: install sysdeps demo test test-fast export readme docs lab clean
 
 $(VENV)/.installed: setup.py settings.ini
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -51,6 +52,10 @@ clean:
 # README.md is generated from nbs/index.ipynb (Quarto-free, so it works on machines without Quarto).
 readme: install
 	$(VENV)/bin/jupyter nbconvert --to markdown --stdout nbs/index.ipynb 2>/dev/null > README.md
+
+# JupyterLab on the numbered notebooks (the source of the package).
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir nbs
 
 # Offline docs site (nbconvert; Quarto-free): executes every notebook, fails on a notebook that errors.
 docs: install

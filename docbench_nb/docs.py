@@ -8,7 +8,7 @@ import html, json, re, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['notebook_title', 'build_site']
+__all__ = ['notebook_title', 'read_site_config', 'site_sections', 'build_site']
 
 # %% ../nbs/17_docs.ipynb #bac58b60
 def notebook_title(nb) -> str:
@@ -21,14 +21,50 @@ def notebook_title(nb) -> str:
 
 def _page_name(p: Path) -> str: return 'index.html' if p.stem == 'index' else p.stem + '.html'
 
-# %% ../nbs/17_docs.ipynb #93f4033e
+# %% ../nbs/17_docs.ipynb #7be0abab
+def read_site_config(path) -> dict:
+    """Title and sidebar of a Quarto `_quarto.yml`: `{'title': str, 'sections': [(name, [patterns])]}`; a file without a
+    sidebar gives one unnamed section of every notebook."""
+    import yaml
+    path = Path(path)
+    try: cfg = yaml.safe_load(path.read_text(encoding='utf-8')) or {}
+    except yaml.YAMLError as e: raise ValueError(f"{path}: not valid YAML ({e})") from None
+    site = cfg.get('website') or {}
+    sections = []
+    for item in (site.get('sidebar') or {}).get('contents') or []:
+        if isinstance(item, dict) and 'section' in item:
+            c = item.get('contents') or []
+            sections.append((str(item['section']), [c] if isinstance(c, str) else [x if isinstance(x, str) else x.get('href', '') for x in c]))
+        elif isinstance(item, str): sections.append(('', [item]))
+    return {'title': str(site.get('title') or 'docs'), 'sections': sections or [('', ['*.ipynb'])]}
+
+def site_sections(paths, sections, root: Path) -> list:
+    "[(section, [notebook paths])] in sidebar order; a notebook no pattern names goes into a last 'More' section."
+    import fnmatch
+    placed, out, root = set(), [], Path(root).resolve()
+    def rel(p):
+        p = p.resolve()
+        return p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
+    for name, pats in sections:
+        got = []
+        for pat in pats:
+            for p in sorted(paths):
+                if p not in placed and (fnmatch.fnmatch(rel(p), pat) or fnmatch.fnmatch(p.name, pat)): got.append(p); placed.add(p)
+        if got: out.append((name, got))
+    rest = [p for p in sorted(paths) if p not in placed]
+    if rest: out.append(('More', rest))
+    return out
+
+# %% ../nbs/17_docs.ipynb #1ea16223
 _CSS = """body{margin:0;font-family:system-ui,sans-serif}#side{position:fixed;top:0;left:0;width:230px;height:100%;
 overflow:auto;background:#f4f5f7;border-right:1px solid #ddd;padding:12px;box-sizing:border-box;font-size:14px}
-#side a{display:block;padding:3px 0;color:#234;text-decoration:none}#side a.cur{font-weight:bold}
+#side a{display:block;padding:3px 0 3px 8px;color:#234;text-decoration:none}#side a.cur{font-weight:bold}
+#side .sec{margin:10px 0 2px;font-weight:600;color:#555;font-size:12px;text-transform:uppercase}
 #main{margin-left:240px;padding:0 16px}"""
 
-def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kernel_name='python3', only=None) -> dict:
-    "Execute and render every notebook under `nbs_path` to `out_dir`; raises naming the notebook on any cell error."
+def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kernel_name='python3', only=None, config=None) -> dict:
+    """Execute and render every notebook under `nbs_path` to `out_dir`; raises naming the notebook on any cell error.
+    Title and sidebar come from `config` (default: `_quarto.yml` beside `nbs_path`, if present)."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import ExecutePreprocessor, CellExecutionError
@@ -37,6 +73,10 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
     paths = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
     paths = sorted(paths, key=lambda p: (p.stem != 'index', p.name))
     if only: paths = [p for p in paths if p.stem in only or p.name in only]
+    config = Path(config) if config is not None else nbs_path.parent / '_quarto.yml'
+    site = read_site_config(config) if config.is_file() else {'title': 'docbench', 'sections': [('', ['*.ipynb'])]}
+    secs = site_sections(paths, site['sections'], config.parent if config.is_file() else nbs_path)
+    paths = [p for _, ps in secs for p in ps]
     pages, stats = [], {}
     for p in paths:
         nb = nbformat.read(p, as_version=4)
@@ -49,10 +89,12 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
         body, _ = HTMLExporter(template_name='classic').from_notebook_node(nb)
         pages.append((p, notebook_title(nb) or p.stem, body))
         stats[p.name] = round(time.time() - t, 1)
+    titles = {p: t for p, t, _ in pages}
     for p, title, body in pages:
-        side = ''.join(f'<a href="{_page_name(q)}"{" class=cur" if q == p else ""}>{html.escape(t)}</a>'
-                       for q, t, _ in pages)
-        nav = f'<style>{_CSS}</style><nav id="side"><b>docbench</b><hr>{side}</nav><div id="main">'
+        side = ''.join((f'<div class="sec">{html.escape(name)}</div>' if name else '') +
+                       ''.join(f'<a href="{_page_name(q)}"{" class=cur" if q == p else ""}>{html.escape(titles[q])}</a>' for q in ps if q in titles)
+                       for name, ps in secs)
+        nav = f'<style>{_CSS}</style><nav id="side"><b>{html.escape(site["title"])}</b><hr>{side}</nav><div id="main">'
         page = body.replace('<body>', '<body>' + nav, 1).replace('</body>', '</div></body>', 1)
         (out / _page_name(p)).write_text(page, encoding='utf-8')
     size = sum(f.stat().st_size for f in out.glob('*.html'))
