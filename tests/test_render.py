@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 from docbench_nb.records import Paper
 from docbench_nb import render as R
+from docbench_nb import minimal as MIN
 
 pytestmark = pytest.mark.skipif(not (shutil.which('pdflatex') and shutil.which('pdftoppm') and shutil.which('pdftotext')),
                                 reason='needs pdflatex (texlive-latex-base) and poppler-utils')
@@ -338,7 +339,7 @@ def test_minimal_document_keeps_math_and_structure():
 
 
 def test_math_whitelist_is_defined_in_the_template():
-    assert R.undefined_in_template(R.MATH_COMMANDS | R._TEXT_SYMBOLS | R._TEXT_STYLES) == []
+    assert R.undefined_in_template(R.MATH_COMMANDS | MIN._TEXT_SYMBOLS | MIN._TEXT_STYLES) == []
 
 
 # ---------------------------------------------------------------- snippets
