@@ -30,7 +30,7 @@ def cmd_parse(args) -> int:
     if not args.json: print(f"{n} papers, {n_err} errors", file=sys.stderr)
     return 0
 
-# %% ../nbs/16_cli.ipynb #41de29b7
+# %% ../nbs/16_cli.ipynb #23e20157
 def cmd_retrievers(args) -> int:
     from docbench_nb.retrievers import retriever_help
     from docbench_nb.describe import describer_help
@@ -58,7 +58,7 @@ def cmd_evaluate(args) -> int:
     if args.out: save_result(res, args.out); print(f'wrote {args.out}')
     return 0
 
-GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'baseline', 'out', 'k', 'describer')
+GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer')
 
 def read_grid_config(path) -> dict:
     "The grid keys of a TOML (`.toml`) or YAML (`.yaml`/`.yml`) file; an unknown key is an error naming it."
@@ -86,10 +86,11 @@ def cmd_grid(args) -> int:
     for k in GRID_KEYS:
         v = getattr(args, k, None)
         if v is not None: cfg[k] = v
-    missing = [k for k in ('corpus', 'queries', 'representations', 'retrievers', 'out') if not cfg.get(k)]
+    missing = [k for k in ('corpus', 'queries', 'out') if not cfg.get(k)]
+    if not cfg.get('rows'): missing += [k for k in ('representations', 'retrievers') if not cfg.get(k)]
     if missing: raise ValueError(f"grid: missing {', '.join('--' + m.replace('_', '-') for m in missing)} (flags or --config)")
     t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg['representations'], retrievers=cfg['retrievers'],
-             chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'),
+             chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
              cache_dir=args.cache_dir, k=int(cfg.get('k') or 10), describer=cfg.get('describer'), redo=args.redo,
              progress=not args.quiet, log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     print((Path(cfg['out']) / 'table.md').read_text(encoding='utf-8'))
@@ -127,7 +128,7 @@ def cmd_stats(args) -> int:
     print(json.dumps(d, indent=None if args.json else 1, ensure_ascii=False, default=str))
     return 0
 
-# %% ../nbs/16_cli.ipynb #e9ba3f67
+# %% ../nbs/16_cli.ipynb #272df7fd
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog='docbench', description='Retrieval over scientific papers from LaTeX sources.')
     ap.add_argument('--cache-dir', default=None, help='cache folder (default $DOCBENCH_CACHE or ~/.cache/docbench)')
@@ -158,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--retrievers', help="comma-separated specs, e.g. bm25,dense,'ocr:tesseract+bm25'")
     g.add_argument('--chunk-sizes', help='comma-separated token counts (default: each retriever\'s own)')
     g.add_argument('--max-pixels', help='comma-separated pixel budgets for image representations/encoders')
+    g.add_argument('--rows', action='append', help="an explicit row 'REP|SPEC|CHUNK[|MAX_PIXELS]' (repeatable; "
+                   'added after the product of the lists above)')
     g.add_argument('--baseline', help="row to test against: 'REP|SPEC|CHUNK' (default: the first row)")
     g.add_argument('--k', type=int, default=None); g.add_argument('--describer', default=None)
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')

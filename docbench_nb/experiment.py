@@ -20,8 +20,9 @@ from .result import Result, compare
 from .results import plot_ndcg_vs_index_size
 
 # %% auto #0
-__all__ = ['CHUNKED_REPRESENTATIONS', 'IMAGE_REPRESENTATIONS', 'IMAGE_RETRIEVER_KINDS', 'GridRow', 'grid_rows', 'find_baseline',
-           'corpus_fingerprint', 'row_key', 'grid', 'grid_table', 'grid_markdown', 'write_grid_outputs']
+__all__ = ['CHUNKED_REPRESENTATIONS', 'IMAGE_REPRESENTATIONS', 'IMAGE_RETRIEVER_KINDS', 'GridRow', 'grid_rows', 'parse_row',
+           'find_baseline', 'corpus_fingerprint', 'row_key', 'grid', 'grid_table', 'grid_markdown',
+           'write_grid_outputs']
 
 # %% ../nbs/09a_grid.ipynb #119dd82b
 CHUNKED_REPRESENTATIONS = ('text', 'text+captions', 'interleaved')
@@ -76,6 +77,22 @@ def grid_rows(representations, retrievers, chunk_sizes=None, max_pixels=None) ->
                     if row not in rows: rows.append(row)
     return rows
 
+# %% ../nbs/09a_grid.ipynb #d261bee7
+def parse_row(label: str) -> GridRow:
+    "A row from its label 'REP|SPEC[|CHUNK[|MAX_PIXELS]]' (CHUNK 'auto' or empty: the retriever's default)."
+    parts = [p.strip() for p in str(label).split('|')]
+    if not 2 <= len(parts) <= 4: raise ValueError(f"grid: row {label!r} must be 'REP|SPEC[|CHUNK[|MAX_PIXELS]]'")
+    num = lambda v, what: None if v in ('', 'auto', 'none', None) else _positive(v, what, label)
+    cs = num(parts[2] if len(parts) > 2 else None, 'chunk size'); mp = num(parts[3] if len(parts) > 3 else None, 'max_pixels')
+    rows = grid_rows([parts[0]], [parts[1]], [cs] if cs else None, [mp] if mp else None)
+    return rows[0]
+
+def _positive(v, what, label):
+    try: n = int(v)
+    except ValueError: raise ValueError(f"grid: row {label!r}: {what} {v!r} is not a whole number") from None
+    if n < 1: raise ValueError(f"grid: row {label!r}: {what} must be >= 1")
+    return n
+
 # %% ../nbs/09a_grid.ipynb #67273cd2
 def find_baseline(rows: Sequence[GridRow], baseline: Optional[str]) -> int:
     "Index of the row `baseline` names (default: 0); an error lists the row labels when none or several match."
@@ -120,14 +137,20 @@ def _run_row(row, corpus, queries, papers, cache_dir, settings, progress) -> Res
     res.config['max_pixels'] = row.max_pixels
     return res
 
-# %% ../nbs/09a_grid.ipynb #e8b3aa08
-def grid(corpus, queries, out, representations=('text',), retrievers=('bm25',), chunk_sizes=None, max_pixels=None,
-         baseline: Optional[str] = None, cache_dir=None, k: int = 10, describer=None, redo: bool = False,
+# %% ../nbs/09a_grid.ipynb #3407cf1c
+def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
+         baseline: Optional[str] = None, cache_dir=None, k: int = 10, describer=None, rows=None, redo: bool = False,
          progress: bool = True, log=print) -> dict:
-    """Run the grid into folder `out` (see the notebook's introduction); returns the table dict also written to
-    `out/table.json` (`rows`, `baseline`, `computed`, `reused`, `failed`, `seconds`)."""
+    """Run the grid into folder `out` (see the notebook's introduction): the product of `representations` ×
+    `retrievers` × `chunk_sizes` × `max_pixels`, then any explicit `rows` ('REP|SPEC|CHUNK[|MAX_PIXELS]' labels, for
+    tables that are not a full product). Returns the table dict also written to `out/table.json` (`rows`,
+    `baseline`, `computed`, `reused`, `failed`, `seconds`)."""
     t0 = time.time()
-    rows = grid_rows(representations, retrievers, chunk_sizes, max_pixels)
+    if not (representations and retrievers) and not rows: raise ValueError("grid: give representations and retrievers, or rows")
+    rows_ = grid_rows(representations, retrievers, chunk_sizes, max_pixels) if representations or retrievers else []
+    for r in map(parse_row, _as_list(rows, str) if isinstance(rows, str) else (rows or [])):
+        if r not in rows_: rows_.append(r)
+    rows = rows_
     b = find_baseline(rows, baseline)
     for p in (corpus, queries):
         if not Path(p).exists(): raise FileNotFoundError(f"grid: no such file or folder: {p}")

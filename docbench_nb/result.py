@@ -130,7 +130,7 @@ def _as_result(x, queries, i) -> 'Result':
 def _label(r: 'Result', names, i):
     return names[i] if names is not None else (r.config.get('label') or (r.name if 'representation' in r.config else r.config.get('retriever', f'#{i}')))
 
-# %% ../nbs/07b_result.ipynb #6ef4fcbd
+# %% ../nbs/07b_result.ipynb #40c41dec
 def compare(items: Sequence, baseline: Optional[int] = 0, metric: str = 'ndcg@10', levels=(0,), queries=None,
             names: Optional[Sequence[str]] = None, n_resamples: int = 10000, alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
     """Each result (or run, scored on `queries`) vs `baseline` (an index; None: every pair): means with bootstrap CIs,
@@ -149,9 +149,10 @@ def compare(items: Sequence, baseline: Optional[int] = 0, metric: str = 'ndcg@10
         va, vc = ({q: v.get(q, 0.0) for q in keys} for v in (vals[a], vals[c]))
         d = compare_runs(va, vc, metric, None, n_resamples, alpha, seed)
         lo_a, hi_a = bootstrap_ci(va, n_resamples, alpha, seed)
+        lo_c, hi_c = bootstrap_ci(vc, n_resamples, alpha, seed)
         rows.append({'config': labels[a], 'vs': labels[c], 'n': d['n'], 'mean': d['mean_a'], 'mean_ci_lo': lo_a,
-                     'mean_ci_hi': hi_a, 'mean_vs': d['mean_b'], 'diff': d['mean_diff'], 'diff_ci_lo': d['ci_lo'],
-                     'diff_ci_hi': d['ci_hi'], 'p_value': d['p_value']})
+                     'mean_ci_hi': hi_a, 'mean_vs': d['mean_b'], 'vs_ci_lo': lo_c, 'vs_ci_hi': hi_c, 'diff': d['mean_diff'],
+                     'diff_ci_lo': d['ci_lo'], 'diff_ci_hi': d['ci_hi'], 'p_value': d['p_value']})
     df = pd.DataFrame(rows)
     df['p_holm'] = holm_adjust(df['p_value'].tolist())
     df['significant'] = df['p_holm'] < alpha
