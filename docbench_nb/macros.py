@@ -39,7 +39,7 @@ _DROP_ENVS = {'thebibliography', 'references', 'biblist', 'tikzpicture', 'pgfpic
 _KNOWN_ENVS = frozenset(_FIGURE_ENVS | _TABLE_ENVS | _LONG_TABLE_ENVS | _TABULAR_ENVS | _EQ_ENVS | _SUB_ENVS | VERBATIM_ENVS
                    | {'document', 'abstract', 'thebibliography', 'minipage'})
 
-# %% ../nbs/02a_macros.ipynb #144b8b01
+# %% ../nbs/02a_macros.ipynb #9a96f0d6
 @dataclass
 class Macro:
     "A user macro: `nargs` parameters (the first optional with `default` when that is not None) and its `body`."
@@ -73,11 +73,18 @@ _UNSAFE_BODY = re.compile(r'\\(?:[gex]?def|let|(?:re)?newcommand|providecommand|
                           r'scantokens|detokenize|unexpanded|begingroup|endgroup|begin\s*\{document\}|If[A-Z][A-Za-z]*)(?![A-Za-z])'
                           r'|\\[A-Za-z]*@|##')
 _IFMMODE = re.compile(r'^\s*\\ifmmode\s*(.*?)\\else\s*(.*?)\\fi\s*$', re.S)
-# commands whose meaning the parser relies on: a redefinition is not expanded
-_PROTECTED = set('''begin end part chapter section subsection subsubsection paragraph subparagraph caption label ref eqref
+# commands whose meaning the parser relies on: a redefinition is not expanded. The list includes every command the
+# cleaner handles itself (`clean._HANDLERS`: captions, sub-figures, images, verbatim, urls, skips), every heading and
+# every public reference command (`clean` checks this); private ones (\figref) are expanded when defined.
+_PROTECTED = frozenset('''begin end part chapter section subsection subsubsection paragraph subparagraph caption label ref eqref
 autoref cref Cref pageref cite citep citet footnote footnotemark footnotetext item includegraphics title author abstract
 maketitle thanks input include documentclass usepackage newcommand renewcommand def text mbox startdata enddata
-tablehead tablecaption graphicspath appendix'''.split())
+tablehead tablecaption graphicspath appendix
+adjincludegraphics captionof ensuremath epsfbox epsffile epsfig figcaption hskip hyperref includegraphics*
+includeinkscape includesvg kern lstinline mintinline mkern nolinkurl path pgfimage plotfiddle plotone plottwo psfig
+string subcaption subcaptionbox subfigure subfloat subtable url verb vskip
+Autoref Cpageref Crefrange Nameref Vref cpageref cpagerefrange crefrange fullref labelcref nameref prettyref subref
+titleref vpageref vref zcref'''.split())
 
 def _cs_name(s, k, stop):
     "Read `\\name` or `{\\name}` at `s[k]` (after spaces): `(name, end)` or None."

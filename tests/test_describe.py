@@ -4,8 +4,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 from docbench_nb.records import Paper, Figure
 from docbench_nb.represent import text_caption_units, default_tokenizer, SourceDescriber
-from docbench_nb.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError, StubChatServer,
+from docbench_nb.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError,
                                   make_describer, default_ocr_engine, figure_images, DEFAULT_PROMPT)
+from docbench_nb.testing import StubChatServer
 
 WORDS = ('Discharge', 'snowmelt', 'gauge')
 
@@ -78,10 +79,11 @@ def test_chat_answers_are_cached_on_disk(server, paper, tmp_path):
 def test_chat_http_500_falls_back_with_warning_or_raises(server, paper, tmp_path):
     server.status = 500
     d = _chat(server, tmp_path, retries=2)
-    out = d.describe(paper, paper.figures[0])
+    warns = []
+    out = d.describe(paper, paper.figures[0], warn=warns.append)
     assert d.n_requests == 3                               # first try + 2 retries
     assert out.startswith('(offline fallback, source:caption+refs+ocr(') and 'Daily flow at the outlet.' in out
-    warns = paper.meta['represent_warnings']
+    assert 'represent_warnings' not in paper.meta
     assert any('inline: figure 1 (fig:a)' in w and 'HTTP 500' in w and server.base_url in w for w in warns), warns
     with pytest.raises(DescriberError) as e:
         _chat(server, tmp_path, on_error='raise').describe(paper, paper.figures[0])
@@ -93,9 +95,10 @@ def test_chat_http_500_falls_back_with_warning_or_raises(server, paper, tmp_path
 def test_chat_stops_asking_a_dead_endpoint(server, paper, tmp_path):
     server.status = 503
     d = _chat(server, tmp_path, max_failures=2)
-    for _ in range(4): d.describe(paper, paper.figures[0])
+    warns = []
+    for _ in range(4): d.describe(paper, paper.figures[0], warn=warns.append)
     assert d.n_requests == 2 and len(server.requests) == 2
-    assert any('failed for 2 figures in a row' in w for w in paper.meta['represent_warnings'])
+    assert any('failed for 2 figures in a row' in w for w in warns)
 
 def test_chat_client_error_is_not_retried(server, paper, tmp_path):
     server.status = 401
@@ -117,10 +120,11 @@ def test_chat_unreachable_server_names_the_endpoint(paper, tmp_path):
 
 def test_chat_figure_without_image_is_not_sent(server, paper, tmp_path):
     d = _chat(server, tmp_path, on_error='raise')
-    out = d.describe(paper, paper.figures[1])
+    warns = []
+    out = d.describe(paper, paper.figures[1], warn=warns.append)
     assert out == '(offline fallback, ' + d.fallback.name + ') A figure whose file is gone.'
     assert not server.requests
-    assert any('gone.pdf' in w for w in paper.meta['represent_warnings'])
+    assert any('gone.pdf' in w for w in warns)
 
 def test_evaluate_with_chat_describer_on_demo(server, tmp_path):
     "End to end: every demo figure goes through the endpoint; the config names the describer."
@@ -145,8 +149,9 @@ def test_ocr_describer_on_inline_chart(paper, tmp_path):
     assert out.startswith('Daily flow at the outlet. Figure 1 shows the spring rise.')
     ocr = out.split('Text in the figure: ')[1].lower()
     assert all(w.lower() in ocr for w in WORDS), out
-    assert d.describe(paper, paper.figures[1]) == 'A figure whose file is gone.'
-    assert any('gone.pdf' in w for w in paper.meta['represent_warnings'])
+    warns = []
+    assert d.describe(paper, paper.figures[1], warn=warns.append) == 'A figure whose file is gone.'
+    assert any('gone.pdf' in w for w in warns)
     capped = OCRSourceDescriber(cache_dir=tmp_path / 'cache', max_ocr_words=3).describe(paper, paper.figures[0])
     assert len(capped.split('Text in the figure: ')[1].split()) == 3
 
@@ -205,7 +210,9 @@ def test_make_describer_specs(tmp_path):
     assert make_describer(obj) is obj
     for bad in ('blip2', 'chat:', 'hf:', 'chat:m@'):
         with pytest.raises(ValueError): make_describer(bad)
-    with pytest.raises(ValueError, match='hf:MODEL_ID_OR_FOLDER'): make_describer('vlm')
+    with pytest.raises(ValueError, match=r"unknown kind 'vlm'; known: .*hf:MODEL"): make_describer('vlm')
+    c = make_describer('chat:m?base_url=localhost:9000/v1')
+    assert c.url == 'http://localhost:9000/v1/chat/completions'
     with pytest.raises(TypeError): make_describer(42)
     with pytest.raises(ValueError, match='on_error'): ChatDescriber('m', on_error='ignore')
     with pytest.raises(OSError, match='neither a local folder'): make_describer(f'hf:{tmp_path}/no-such-model')
@@ -215,7 +222,7 @@ def test_make_describer_specs(tmp_path):
 @pytest.mark.slow
 def test_hf_vlm_describer_on_tiny_qwen2_vl(paper, tmp_path):
     "The real AutoModelForImageTextToText path on a tiny random Qwen2-VL: output is gibberish, mechanics are checked."
-    from docbench_nb.vision import make_tiny_vision_models
+    from docbench_nb.testing import make_tiny_vision_models
     folder = make_tiny_vision_models(tmp_path / 'models')['qwen2_vl']
     d = make_describer(f'hf:{folder}', cache_dir=tmp_path / 'cache')
     assert isinstance(d, HFVLMDescriber) and d.name == 'hf:qwen2_vl'

@@ -65,3 +65,15 @@ def test_bm25_on_shared_meets_anchor(shared_dir, tmp_path):
                    chunk_size=512, cache_dir=tmp_path, progress=False)
     assert res['n_docs'] == 80 and not res['parse_errors']
     for lvl in '0123': assert res['by_level'][lvl]['ndcg@10'] >= 0.94, res['by_level']
+
+
+@pytest.mark.slow
+def test_default_chunk_size_is_the_retriever_window(tmp_path):
+    "Without chunk_size, dense chunks to MiniLM's 256-token window and BM25 to 512; config records which and why."
+    papers, _ = load_papers(demo_corpus_dir(), cache_dir=tmp_path, progress=False)
+    d = evaluate(demo_corpus_dir(), demo_queries_path(), retriever='dense', papers=papers, cache_dir=tmp_path, progress=False)
+    b = evaluate(demo_corpus_dir(), demo_queries_path(), retriever='bm25', papers=papers, cache_dir=tmp_path, progress=False)
+    assert (d['config']['chunk_size'], d['config']['chunk_size_from']) == (256, 'retriever window')
+    assert (b['config']['chunk_size'], b['config']['chunk_size_from']) == (512, 'bm25 default')
+    assert d['n_units'] > b['n_units'] and not any('exceeds' in w for w in d['warnings'])
+    assert all('represent_warnings' not in p.meta for p in papers)

@@ -209,7 +209,7 @@ QS = [Query('q1', 'ripples in spacetime produced by colliding black holes', doc_
 @pytest.mark.slow
 def test_dense_retriever_minilm_with_cache(tmp_path):
     ret = make_retriever('dense', cache_dir=tmp_path)
-    assert isinstance(ret, DenseRetriever) and ret.name == 'dense:all-MiniLM-L6-v2'
+    assert isinstance(ret, DenseRetriever) and ret.name == 'dense' and (ret.window, ret.tokenizer is ret.encoder.tokenizer) == (256, True)
     ret.index(TOY, progress=False)
     run = ret.search(QS, k=3)
     assert [run.ranking(q.id)[0] for q in QS] == ['gw', 'bio', 'nlp']
@@ -220,7 +220,7 @@ def test_dense_retriever_minilm_with_cache(tmp_path):
     ret.index(TOY, progress=False); run2 = ret.search(QS, k=3)
     assert (ret.cache.hits, ret.cache.misses) == (len(TOY) + len(QS), 0) and run2 == run
     hyb = make_retriever('hybrid', cache_dir=tmp_path)
-    assert isinstance(hyb, HybridRetriever) and hyb.name == 'hybrid(bm25+dense:all-MiniLM-L6-v2)'
+    assert isinstance(hyb, HybridRetriever) and hyb.name == 'hybrid' and hyb.window == 256
     hyb.index(TOY, progress=False)
     h = hyb.search(QS, k=2)
     assert all(len(h.scores[q.id]) <= 2 for q in QS) and h.ranking('q1')[0] == 'gw'
@@ -235,8 +235,9 @@ def test_bm25_retriever_and_specs():
     assert run.ranking('q3')[0] == 'nlp' and run.provenance['q3']['nlp'] == 'nlp#1' and run.name == 'bm25'
     with pytest.raises(RuntimeError, match='index'):
         BM25Retriever().search(QS)
-    for bad in ('colbert', 'dense:', 'hybrid:', ''):
-        with pytest.raises(ValueError, match='unknown retriever spec'):
+    for bad, why in (('colbert', "unknown kind 'colbert'"), ('dense:', "empty model after ':'"), ('hybrid:', "empty model after ':'"),
+                     ('', 'is empty'), ('bm25?k1=x', 'is not a float')):
+        with pytest.raises(ValueError, match=why):
             make_retriever(bad)
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from docbench_nb.records import Unit, Query
 from docbench_nb.late import (maxsim, pool_tokens, LateInteractionIndex, TokenCache, embed_tokens_cached,
-                              HFTokenEncoder, LateRetriever, make_late_retriever)
+                              HFTokenEncoder, LateRetriever)
+from docbench_nb.retrievers import make_retriever
 
 
 def _rand_mats(rng, n, dim, max_tokens=40):
@@ -172,7 +173,7 @@ def test_late_retriever_minilm_ranks_right_doc_first(tmp_path):
              Unit('cmb', 'cmb#0', text='Temperature anisotropies of the cosmic microwave background are mapped.')]
     qs = [Query('q1', 'how long are the interferometer arms'), Query('q2', 'editing genomes of cells'),
           Query('q3', 'masked language model pretraining')]
-    r = make_late_retriever('late', cache_dir=tmp_path)
+    r = make_retriever('late', cache_dir=tmp_path)
     assert (r.name, r.tokenizer is r.encoder.tokenizer) == ('late', True)
     r.index(units, progress=False)
     run = r.search(qs, k=5)
@@ -180,7 +181,7 @@ def test_late_retriever_minilm_ranks_right_doc_first(tmp_path):
     assert run.provenance['q1']['gw'] == 'gw#1'
     mats = embed_tokens_cached(r.encoder, [u.text for u in units], cache=False)
     assert r.index_bytes == sum(len(m) for m in mats) * 384 * 4
-    r2 = make_late_retriever('late', cache_dir=tmp_path)
+    r2 = make_retriever('late', cache_dir=tmp_path)
     r2.index(units, progress=False)
     assert (r2.cache.hits, r2.cache.misses) == (5, 0)                   # token matrices came from disk
     for q in qs:

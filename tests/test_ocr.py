@@ -3,8 +3,10 @@ import difflib, json, re, shutil, subprocess
 import numpy as np
 import pytest
 from docbench_nb.records import Unit, Query
-from docbench_nb.ocr import (reading_order_text, group_lines, xy_cut, ocr_image, ocr_record, ocr_units, draw_text_image,
-                             OCRError, OCREncoder, OCRRetriever, OCR_ENGINES, make_ocr_retriever)
+from docbench_nb.ocr import (reading_order_text, group_lines, xy_cut, ocr_image, ocr_record, ocr_units,
+                             OCRError, OCREncoder, OCRRetriever, OCR_ENGINES)
+from docbench_nb.retrievers import make_retriever
+from docbench_nb.testing import draw_text_image
 
 needs_tesseract = pytest.mark.skipif(shutil.which('tesseract') is None, reason='tesseract not installed')
 
@@ -107,11 +109,11 @@ def test_ocr_units_encoder_and_retriever(tmp_path):
     assert U.shape == (2, 384) and (Q @ U.T).argmax(1).tolist() == [0, 1]
     assert enc.fingerprint.startswith('tesseract-') and enc.fingerprint != OCREncoder(engine='rapidocr').fingerprint
     from docbench_nb.index import BM25Retriever
-    r = make_ocr_retriever('ocr:tesseract+bm25', cache_dir=tmp_path/'c')
+    r = make_retriever('ocr:tesseract+bm25', cache_dir=tmp_path/'c')
     assert isinstance(r, OCRRetriever) and isinstance(r.retriever, BM25Retriever)
     r.index(figs, progress=False)
     run = r.search([Query('q', 'heatmap of knockouts')], k=2)
-    assert run.ranking('q')[0] == 'bio' and run.provenance['q']['bio'] == 'bio#f1' and run.name == 'ocr-tesseract+bm25'
+    assert run.ranking('q')[0] == 'bio' and run.provenance['q']['bio'] == 'bio#f1' and run.name == 'ocr:tesseract+bm25'
     broken = [Unit('x', 'x#p', kind='page', images=[str(tmp_path/'gone.png')])]
     with pytest.raises(OCRError, match="unit 'x#p' of 'x'"): ocr_units(broken, 'tesseract', cache_dir=tmp_path/'c', progress=False)
     with pytest.warns(UserWarning, match='no such file'):
@@ -119,7 +121,7 @@ def test_ocr_units_encoder_and_retriever(tmp_path):
 
 
 def test_make_ocr_retriever_spec_errors():
-    with pytest.raises(ValueError, match='unknown engine'): make_ocr_retriever('ocr:easyocr+bm25')
-    with pytest.raises(ValueError, match='unknown OCR retriever spec'): make_ocr_retriever('ocr:tesseract')
-    with pytest.raises(ValueError, match='unknown retriever spec'): make_ocr_retriever('ocr:tesseract+nonsense')
-    assert make_ocr_retriever('ocr+bm25').engine == 'rapidocr'
+    with pytest.raises(ValueError, match='unknown engine'): make_retriever('ocr:easyocr+bm25')
+    with pytest.raises(ValueError, match='needs an inner spec'): make_retriever('ocr:tesseract')
+    with pytest.raises(ValueError, match="unknown kind 'nonsense'"): make_retriever('ocr:tesseract+nonsense')
+    assert make_retriever('ocr+bm25').engine == 'rapidocr'

@@ -3,8 +3,11 @@ import numpy as np
 import pytest
 from PIL import Image
 from docbench_nb.records import Unit, Query
-from docbench_nb.vision import (load_image, unit_key, make_tiny_vision_models, CLIPEncoder, VLMEmbedder, ColPaliEncoder,
-                                ImageRetriever, embed_units_cached, make_vision_retriever)
+from docbench_nb.vision import (load_image, unit_key, CLIPEncoder, VLMEmbedder, ColPaliEncoder, ImageRetriever,
+                                embed_units_cached, IMAGE_RETRIEVER_KINDS)
+from docbench_nb.retrievers import make_retriever
+from docbench_nb.spec import SpecError
+from docbench_nb.testing import make_tiny_vision_models
 
 
 def test_load_image_budget_and_errors(tmp_path):
@@ -111,8 +114,8 @@ def test_image_and_late_retrievers_exact(tiny):
     pages = [Unit('p1', 'p1#1', kind='page', images=[imgs['red']]), Unit('p1', 'p1#2', kind='page', images=[imgs['green']]),
              Unit('p2', 'p2#1', kind='page', images=[imgs['blue']]), Unit('p3', 'p3#t', kind='text', text='gravitational waves')]
     qs = [Query('q1', 'a green page'), Query('q2', 'waves')]
-    ret = make_vision_retriever(f"vlm:{models['qwen2_vl']}", cache_dir=d/'cache', max_pixels=28 * 28 * 16)
-    assert isinstance(ret, ImageRetriever) and ret.name == 'image:qwen2_vl'
+    ret = make_retriever(f"vlm:{models['qwen2_vl']}", cache_dir=d/'cache', max_pixels=28 * 28 * 16)
+    assert isinstance(ret, ImageRetriever) and ret.name == f"vlm:{models['qwen2_vl']}" and ret.encoder.max_pixels == 28 * 28 * 16
     ret.index(pages, progress=False)
     run = ret.search(qs, k=3)
     uv = embed_units_cached(ret.encoder, pages, cache=False)
@@ -125,7 +128,7 @@ def test_image_and_late_retrievers_exact(tiny):
     assert ret.index_bytes == 4 * 32 * 4
     ret.cache.reset_counters(); ret.index(pages, progress=False)
     assert (ret.cache.hits, ret.cache.misses) == (4, 0)
-    late = make_vision_retriever(f"colpali:{models['colqwen2']}", cache_dir=d/'cache', max_pixels=28 * 28 * 16)
+    late = make_retriever(f"colpali:{models['colqwen2']}", cache_dir=d/'cache', max_pixels=28 * 28 * 16)
     late.index(pages[:3], progress=False)
     mats = late.encoder.encode_image_units(pages[:3])
     assert late.index_bytes == sum(len(m) for m in mats) * 16 * 4
@@ -133,4 +136,35 @@ def test_image_and_late_retrievers_exact(tiny):
     assert set(r.scores['q1']) == {'p1', 'p2'}
     late.cache.reset_counters(); late.index(pages[:3], progress=False)
     assert (late.cache.hits, late.cache.misses) == (3, 0)
-    with pytest.raises(ValueError, match='unknown vision retriever spec'): make_vision_retriever('clip')
+    with pytest.raises(SpecError, match='needs a model'): make_retriever('clip')
+
+
+def _pixels_seen(enc, path):
+    "Pixels of `path` as the encoder's own image processor receives and resizes it (Qwen-style: grid patches x 14 x 14)."
+    im = load_image(path, enc.max_pixels)
+    if hasattr(enc, 'image_processor') and hasattr(enc.image_processor, 'merge_size'):
+        from docbench_nb.vision import _pixel_cap
+        g = enc.image_processor(images=[im], return_tensors='pt', **_pixel_cap(enc.image_processor, enc.max_pixels))['image_grid_thw']
+        return int(g.prod()) * 14 * 14
+    return im.size[0] * im.size[1]
+
+
+@pytest.mark.parametrize('kind', IMAGE_RETRIEVER_KINDS)
+def test_max_pixels_reaches_the_image_encoder(tiny, kind):
+    "`make_retriever(..., max_pixels=2M)` encodes at a 2,000,000-pixel budget, not the 1,000,000 default."
+    models, imgs, d = tiny
+    folder = {'clip': models['clip'], 'vlm': models['qwen2_vl'], 'colpali': models['colqwen2']}[kind]
+    big = str(d / 'big-2400x1200.png')
+    Image.new('RGB', (2400, 1200), (200, 30, 30)).save(big)                  # 2.88M pixels: both budgets shrink it
+    r2, r1 = (make_retriever(f'{kind}:{folder}', max_pixels=mp) for mp in (2_000_000, None))
+    assert (r2.encoder.max_pixels, r1.encoder.max_pixels) == (2_000_000, 1_000_000)
+    s2, s1 = load_image(big, r2.encoder.max_pixels).size, load_image(big, r1.encoder.max_pixels).size
+    assert 1_900_000 < s2[0] * s2[1] <= 2_000_000 and 950_000 < s1[0] * s1[1] <= 1_000_000
+    assert r2.encoder.fingerprint != r1.encoder.fingerprint                 # the caches never mix the two budgets
+    if kind == 'colpali':
+        # the visual tokens the model actually embeds grow with the budget
+        n2, n1 = (len(r.encoder.encode_images([big])[0]) for r in (r2, r1))
+        assert n2 > 1.8 * n1, (n2, n1)
+    if kind == 'vlm':
+        p2, p1 = _pixels_seen(r2.encoder, big), _pixels_seen(r1.encoder, big)
+        assert p2 > 1.8 * p1, (p2, p1)
