@@ -19,12 +19,13 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 import pandas as pd
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 from docbench_nb.data_io import load_queries
 from docbench_nb.figrefs import figure_reference_cases, summarize_figure_references, plot_figure_references, STUDY_FIGREF
 from docbench_nb.stats import corpus_stats, summarize_corpus, plot_corpus_stats
 from docbench_nb.robustness import robustness_table, plot_robustness, significance_table, level_significance
-from docbench_nb.results import run_grid, load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.results import load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.experiment import grid
 
 pd.set_option('display.width', 200); pd.set_option('display.max_columns', 40)
 
@@ -88,8 +89,8 @@ def main():
     if 'robustness' not in skip:
         section(f'robustness: bm25 / dense / hybrid x text, chunk {a.chunk}')
         t = time.time()
-        run_grid(a.corpus, a.queries, out / 'grid', retrievers=('bm25', 'dense', 'hybrid'), representations=('text',),
-                 chunk_sizes=(a.chunk,), cache_dir=a.cache_dir, papers=papers)
+        grid(a.corpus, a.queries, out / 'grid', representations=('text',), retrievers=('bm25', 'dense', 'hybrid'),
+             chunk_sizes=(a.chunk,), cache_dir=a.cache_dir, progress=False)
         results = load_results(out / 'grid')
         print(f'({time.time() - t:.0f}s)')
         rt = robustness_table(results)

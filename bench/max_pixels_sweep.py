@@ -4,7 +4,8 @@
         --representations figures,pages --out results/max_pixels [--papers 30] [--procs 2]
 
 For each image representation and pixel budget: render/convert (cached), OCR every image with Tesseract (cached by
-image content; warmed with `--procs` worker processes), evaluate the OCR route with BM25 and dense MiniLM, and record
+image content; warmed with `--procs` worker processes), evaluate the OCR route with BM25 and dense MiniLM through
+`docbench grid` (one result JSON + TREC run per row under `OUT/all` or `OUT/subN`, reused on rerun), and record
 nDCG@10 (overall and per evidence type), the measured index size of the OCR route (text vectors: independent of
 the pixel budget), and the *projected* size of a ColQwen-style multi-vector index of the same images (visual tokens
 counted with transformers' Qwen2-VL `smart_resize`, 128-d float16 per token) — what the budget costs an image
@@ -18,7 +19,9 @@ import argparse, json, os, tempfile, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from tqdm.auto import tqdm
-from docbench_nb.evaluate import evaluate, load_papers, save_result
+from docbench_nb.evaluation import load_papers
+from docbench_nb.experiment import grid
+from docbench_nb.latex import iter_sources, paper_id_from_path
 from docbench_nb.represent import represent
 from docbench_nb.ocr import ocr_record
 from docbench_nb.vision import multivector_index_bytes
@@ -55,46 +58,42 @@ def main():
     a = ap.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     papers, errors = load_papers(a.corpus, cache_dir=a.cache_dir, progress=False)
-    queries = a.queries
-    if a.papers: papers, queries = subset(papers, a.queries, a.papers)
-    n_q = sum(1 for l in open(queries, encoding='utf-8') if l.strip())
-    print(f'{len(papers)} papers, {n_q} queries', flush=True)
-    rows_f = out / 'table.json'
-    rows = json.loads(rows_f.read_text()) if rows_f.exists() else []
-    done = {(r['representation'], r['max_pixels'], r['retriever'], r['n_docs']) for r in rows}
+    corpus, queries = a.corpus, a.queries
+    if a.papers:       # a subset corpus: links to the chosen papers' sources in a temp folder
+        papers, queries = subset(papers, a.queries, a.papers)
+        corpus = Path(tempfile.mkdtemp(prefix='docbench-sweep-corpus-'))
+        keep = {p.id for p in papers}
+        for src in iter_sources(a.corpus):
+            if paper_id_from_path(src) in keep: os.symlink(Path(src).resolve(), corpus / Path(src).name)
+    sub = out / (f'sub{len(papers)}' if a.papers else 'all')
+    # warm the OCR cache with a process pool (the grid then reads every image's text from the cache)
+    extra = {}
     for rep in a.representations.split(','):
         for mp in map(int, a.pixels.split(',')):
-            todo = [ret for ret in a.retrievers.split(',') if (rep, mp, ret, len(papers)) not in done]
-            if not todo: continue
-            t = time.time()
-            for p in papers: p.meta.pop('represent_warnings', None)
-            units = represent(papers, rep, max_pixels=mp, cache_dir=a.cache_dir, progress=True)
+            units = represent(papers, rep, max_pixels=mp, cache_dir=a.cache_dir, progress=True).units
             imgs = sorted({im for u in units for im in u.images})
             secs = []
             with ProcessPoolExecutor(a.procs) as ex:
-                for s, c in tqdm(ex.map(_ocr_one, [(p, a.cache_dir) for p in imgs], chunksize=4), total=len(imgs),
-                                 desc=f'OCR {rep}@{mp}'):
+                for s, c in tqdm(ex.map(_ocr_one, [(p, a.cache_dir) for p in imgs], chunksize=4), total=len(imgs), desc=f'OCR {rep}@{mp}'):
                     if s is not None and c is False: secs.append(s)
-            proj = multivector_index_bytes(units, max_pixels=mp)
             from PIL import Image
             px = [Image.open(p).size for p in imgs]
-            for ret in todo:
-                res = evaluate(a.corpus, queries, representation=rep, retriever=ret, chunk_size=512, papers=papers,
-                               cache_dir=a.cache_dir, progress=False, max_pixels=mp)
-                name = f"{rep}__{ret.replace(':', '_').replace('+', '_')}__{mp}" + (f'__sub{len(papers)}' if a.papers else '')
-                save_result(res, out / f'{name}.json')
-                row = dict(representation=rep, max_pixels=mp, retriever=ret, n_docs=len(papers), n_queries=res['n_queries'],
-                           n_units=res['n_units'], n_images=len(imgs),
-                           mean_image_pixels=round(sum(w * h for w, h in px) / max(1, len(px))),
-                           ocr_seconds_per_image=round(sum(secs) / len(secs), 3) if secs else None,
-                           index_mb=res['index_bytes'] / 1e6, projected_multivector_mb=proj['bytes'] / 1e6,
-                           visual_tokens=proj['tokens'], ndcg10=res['overall']['ndcg@10'],
-                           recall10=res['overall']['recall@10'],
-                           **{f'ndcg10_{k}': v['ndcg@10'] for k, v in res['by_evidence_type'].items()},
-                           render_paths=res.get('render_paths'), warnings=len(res['warnings']),
-                           seconds=round(time.time() - t))
-                rows.append(row); print(json.dumps(row), flush=True)
-                rows_f.write_text(json.dumps(rows, indent=1))
+            proj = multivector_index_bytes(units, max_pixels=mp)
+            extra[(rep, mp)] = dict(n_images=len(imgs), mean_image_pixels=round(sum(w * h for w, h in px) / max(1, len(px))),
+                                    ocr_seconds_per_image=round(sum(secs) / len(secs), 3) if secs else None,
+                                    projected_multivector_mb=proj['bytes'] / 1e6, visual_tokens=proj['tokens'])
+    t = grid(corpus, queries, sub, representations=a.representations, retrievers=a.retrievers, max_pixels=a.pixels,
+             cache_dir=a.cache_dir, progress=False)
+    rows_f = out / 'table.json'
+    old = [r for r in (json.loads(rows_f.read_text()) if rows_f.exists() else []) if r.get('n_docs') != len(papers)]
+    rows = old + [dict(representation=r['representation'], max_pixels=r['max_pixels'], retriever=r['retriever'],
+                       n_docs=r['n_docs'], n_queries=r['n_queries'], n_units=r['n_units'], index_mb=r['index_bytes'] / 1e6,
+                       ndcg10=r['ndcg@10'], recall10=r['recall@10'],
+                       **{f'ndcg10_{k}': v for k, v in r['by_evidence_type'].items()}, render_paths=r.get('render_paths'),
+                       seconds=r.get('seconds'), **extra[(r['representation'], r['max_pixels'])])
+                  for r in t['rows'] if 'ndcg@10' in r]
+    rows_f.write_text(json.dumps(rows, indent=1))
+    for r in rows: print(json.dumps(r), flush=True)
     plot(rows, out)
 
 def plot(rows, out):

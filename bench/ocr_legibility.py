@@ -15,7 +15,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).parent))
 from max_pixels_sweep import subset
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 from docbench_nb.render import render_paper
 from docbench_nb.ocr import ocr_image
 

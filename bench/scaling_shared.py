@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib
 matplotlib.use('Agg')
 import pandas as pd
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 from docbench_nb.scaling import scaling_experiment, plot_scaling, plot_render_example, DEFAULT_ROUTES
 
 pd.set_option('display.width', 220); pd.set_option('display.max_columns', 30)

@@ -528,7 +528,7 @@ def _wrapper(self, env, k, end, keep=True, sub=False):
     return k
 _Cleaner._wrapper = _wrapper
 
-# %% ../nbs/02b_clean.ipynb #ced31986
+# %% ../nbs/02b_clean.ipynb #c58498b8
 def _h_end(self, name, j, k, end):
     em = _ENV_NAME.match(self.s, k, end)
     if not em: self.emit('\\end'); return k
@@ -583,6 +583,7 @@ def _h_skip(self, name, j, k, end):
     m = _DIMEN.match(self.s, k, end)
     self.emit(MARK); return m.end() if m else k
 
+# %% ../nbs/02b_clean.ipynb #173faaeb
 _HANDLERS = {'label': _h_label, 'begin': _h_begin, 'end': _h_end, 'item': _h_item, 'startdata': _h_startdata,
              'tablehead': _h_tablehead, 'url': _h_url, 'nolinkurl': _h_url, 'path': _h_url, 'hyperref': _h_hyperref,
              'ensuremath': _h_ensuremath, 'string': _h_string, 'vskip': _h_skip, 'hskip': _h_skip, 'kern': _h_skip, 'mkern': _h_skip,

@@ -30,16 +30,16 @@ def cmd_parse(args) -> int:
     if not args.json: print(f"{n} papers, {n_err} errors", file=sys.stderr)
     return 0
 
-# %% ../nbs/16_cli.ipynb #23e20157
+# %% ../nbs/16_cli.ipynb #93396d91
 def cmd_retrievers(args) -> int:
     from docbench_nb.retrievers import retriever_help
-    from docbench_nb.describe import describer_help
+    from docbench_nb.represent import describer_help
     print('Retrievers (--retriever SPEC; grammar kind[:model][?key=value&...][+inner]):\n' + retriever_help())
     print('\nFigure describers (--describer SPEC, for text+captions):\n' + describer_help())
     return 0
 
 def cmd_evaluate(args) -> int:
-    from docbench_nb.evaluate import evaluate, format_result, save_result
+    from docbench_nb.evaluation import evaluate, format_result
     from docbench_nb.retrievers import check_retriever_spec
     if args.retriever == 'help': return cmd_retrievers(args)
     check_retriever_spec(args.retriever)                 # a bad spec fails before anything is parsed
@@ -55,7 +55,7 @@ def cmd_evaluate(args) -> int:
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
     for w in res.get('warnings', []): print(f'warning: {w}', file=sys.stderr)
     if res['parse_errors']: print(f"{len(res['parse_errors'])} papers could not be parsed (see result JSON)", file=sys.stderr)
-    if args.out: save_result(res, args.out); print(f'wrote {args.out}')
+    if args.out: res.save(args.out); print(f'wrote {args.out}')
     return 0
 
 GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer')
@@ -99,7 +99,7 @@ def cmd_grid(args) -> int:
 
 def cmd_demo(args) -> int:
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-    from docbench_nb.evaluate import evaluate, format_result, load_papers, save_result
+    from docbench_nb.evaluation import evaluate, format_result, load_papers
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=args.cache_dir, progress=not args.quiet)
     print(f'demo corpus: {len(papers)} papers from {demo_corpus_dir()}')
     summary = []
@@ -108,7 +108,7 @@ def cmd_demo(args) -> int:
                        chunk_size=args.chunk_size, cache_dir=args.cache_dir, papers=papers, progress=not args.quiet)
         print('\n' + format_result(res))
         summary.append((r, res['overall']['ndcg@10'], res['by_level']['3']['ndcg@10'], res['index_bytes']))
-        if args.out: save_result(res, Path(args.out) / f'demo-{r.replace(":", "_")}.json')
+        if args.out: res.save(Path(args.out) / f'demo-{r.replace(":", "_")}.json')
     print('\nretriever   nDCG@10(L0)  nDCG@10(L3)  index_bytes')
     for r, a, b, ib in summary: print(f'{r:<12}{a:>11.3f}{b:>13.3f}{ib:>13,}')
     return 0

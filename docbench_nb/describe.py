@@ -313,7 +313,7 @@ class HFVLMDescriber:
 DESCRIBER_SPECS = ("default (= source+ocr)", "source", "source+ocr", "source+ocr:rapidocr", "source+ocr:tesseract",
                    "chat:MODEL[@BASE_URL]", "chat:MODEL?base_url=URL", "hf:MODEL_ID_OR_FOLDER")
 
-@register_describer('source-ocr', model='optional',
+@register_describer('source-ocr', model='optional', model_name='ENGINE',
                     options={'max_refs': Option(int, 3, min=0, help='referencing sentences kept'),
                              'max_ocr_words': Option(int, 150, min=0, help='OCR words kept per figure')},
                     help="caption + referencing sentences + OCR words of the image; also written source+ocr[:ENGINE] "

@@ -15,7 +15,7 @@ from .retrievers import check_retriever_spec
 from .spec import parse_spec
 from .represent import REPRESENTATIONS
 from .data_io import load_queries
-from .evaluate import evaluate, load_papers
+from .evaluation import evaluate, load_papers
 from .result import Result, compare
 from .results import plot_ndcg_vs_index_size
 

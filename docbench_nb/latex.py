@@ -11,19 +11,17 @@ from .tex import VERBATIM_ENVS, NOT_CONDITIONALS, verbatim_end, verbatim_spans, 
 from .cache import cache_root, file_sha256, atomic_write_json
 
 # %% auto #0
-__all__ = ['MAX_UNPACKED_BYTES', 'MAX_MEMBERS', 'TEX_EXTS', 'default_cache_dir', 'LatexSourceError', 'read_text',
-           'strip_comments', 'resolve_name', 'safe_resolve', 'SourceTree', 'paper_id_from_path', 'load_source',
-           'find_main_file', 'Flattened', 'flatten_latex', 'iter_sources']
+__all__ = ['MAX_UNPACKED_BYTES', 'MAX_MEMBERS', 'TEX_EXTS', 'LatexSourceError', 'read_text', 'strip_comments', 'resolve_name',
+           'safe_resolve', 'SourceTree', 'paper_id_from_path', 'load_source', 'find_main_file', 'Flattened',
+           'flatten_latex', 'iter_sources']
 
-# %% ../nbs/01_latex.ipynb #ded00d82
+# %% ../nbs/01_latex.ipynb #ec2f7723
 class LatexSourceError(Exception):
     "A paper's LaTeX source cannot be used; the message names the paper id, the file and what is wrong."
 
 MAX_UNPACKED_BYTES = 2 * 1024**3   # total uncompressed size allowed per archive
 MAX_MEMBERS = 20_000               # members allowed per archive
 TEX_EXTS = ('.tex', '.ltx')
-
-default_cache_dir = cache_root     # kept for older callers: `cache.cache_root` is the one definition
 
 # %% ../nbs/01_latex.ipynb #a0814826
 def read_text(path) -> tuple:
@@ -75,7 +73,7 @@ def _cond_table(text):
             stack.append([m.start(), None])
     return table
 
-# %% ../nbs/01_latex.ipynb #6c8789ab
+# %% ../nbs/01_latex.ipynb #cbb708b7
 class _Out(list):
     "Output pieces, tracking whether the current output line holds only blanks (keeps comment handling linear)."
     blank = True
@@ -94,6 +92,7 @@ class _Out(list):
             self.pop()
         return True
 
+# %% ../nbs/01_latex.ipynb #2b0208a2
 def strip_comments(text: str, _depth=0) -> str:
     "Remove `%` comments, `comment` environments and `\\iffalse` (false) branches, keeping verbatim material intact."
     out, i, n, conds = _Out(), 0, len(text), None
@@ -259,7 +258,7 @@ class _Limited(io.RawIOBase):
 def _decompressor(kind, path):
     return {'gzip': gzip.open, 'bzip2': bz2.open, 'xz': lzma.open}[kind](path, 'rb')
 
-# %% ../nbs/01_latex.ipynb #902d0181
+# %% ../nbs/01_latex.ipynb #76e1124f
 def _safe_member_name(name):
     "Normalised relative member name, or None when absolute / escaping / empty."
     name = name.replace('\\', '/')
@@ -311,6 +310,7 @@ def _extract_tar(fileobj, dest, what, warnings, max_bytes, max_members):
         if isinstance(e, LatexSourceError): raise
         raise LatexSourceError(f'{what}: corrupt or unreadable archive ({e})') from e
 
+# %% ../nbs/01_latex.ipynb #8ef38b43
 def _extract_zip(path, dest, what, warnings, max_bytes, max_members):
     budget = [max_bytes]
     try:
@@ -384,7 +384,7 @@ def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_
     except (OSError, ValueError, KeyError): warnings = []
     return SourceTree(pid, str(final.resolve()), origin, list(warnings))
 
-# %% ../nbs/01_latex.ipynb #5210c25c
+# %% ../nbs/01_latex.ipynb #776eb293
 _AUX_DIR_RE = re.compile(r'^(figs?|figures?|images?|imgs?|pics?|plots?|graphics|tikz|pgf|diagrams?|talks?|slides?|'
                          r'poster|old|obsolete|archive|backup|drafts?|unused|deprecated|trash|templates?|'
                          r'examples?|response|reply|rebuttal|cover[-_ ]?letter|supp\w*|si|appendix)$', re.I)
@@ -412,6 +412,7 @@ def _doc_info(text):
     m = re.search(r'\\document(?:class|style)\s*(?:\[([^\]]*)\])?\s*\{\s*([^{}]*?)\s*\}', text)
     return (m.group(2) if m else None), bool(re.search(r'\\begin\s*\{document\}', text)), (m.group(1) or '' if m else '')
 
+# %% ../nbs/01_latex.ipynb #5edb3f34
 def find_main_file(root, id=None) -> str:
     "Path (relative to `root`) of the paper's main LaTeX file; raises `LatexSourceError` when there is none."
     root = str(root); pid = id or os.path.basename(os.path.normpath(root))
@@ -460,7 +461,7 @@ def find_main_file(root, id=None) -> str:
                 -len(parts), size)
     return max(sorted(cands), key=key)
 
-# %% ../nbs/01_latex.ipynb #b96be9b4
+# %% ../nbs/01_latex.ipynb #68882e77
 @dataclass
 class Flattened:
     "A paper's main file with every include expanded and comments stripped."
@@ -486,6 +487,7 @@ def _includeonly(text):
     m = re.search(r'\\includeonly\s*\{([^{}]*)\}', text)
     return None if not m else {posixpath.normpath(x.strip().removesuffix('.tex')) for x in m.group(1).split(',') if x.strip()}
 
+# %% ../nbs/01_latex.ipynb #b2bb7bf8
 def flatten_latex(root, main_file=None, id=None, max_depth=20, max_chars=20_000_000, honour_includeonly=True) -> Flattened:
     "Expand every `\\input`/`\\include`/`\\subfile`/`\\import`/`\\subimport` of the main file under `root`, comments stripped."
     root = os.path.realpath(str(root)); pid = id or os.path.basename(root)

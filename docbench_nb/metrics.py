@@ -11,7 +11,7 @@ from .records import Query, Run
 
 # %% auto #0
 __all__ = ['qrels_from_queries', 'trec_ranking', 'ndcg_at_k', 'recall_at_k', 'success_at_k', 'precision_at_k', 'mrr_at_k',
-           'rank_of_gold', 'evaluate_run', 'robustness_at_k', 'hard_coverage_at_k', 'round_robin_fuse',
+           'rank_of_gold', 'score_run', 'robustness_at_k', 'hard_coverage_at_k', 'round_robin_fuse',
            'paired_randomization_test', 'bootstrap_ci', 'compare_runs', 'holm_adjust']
 
 # %% ../nbs/07_metrics.ipynb #d04f1c4e
@@ -97,7 +97,7 @@ def _mean_block(rows: list, names: list) -> dict:
     out['n'] = len(rows)
     return out
 
-def evaluate_run(run, queries: list[Query], ks=(1, 5, 10), main_k: int = 10, ndcg_ks=(5, 10)) -> dict:
+def score_run(run, queries: list[Query], ks=(1, 5, 10), main_k: int = 10, ndcg_ks=(5, 10)) -> dict:
     "Mean nDCG/recall/MRR overall (level 0), by evidence type (level 0), by level, by level and type, and per query."
     qrels = qrels_from_queries(queries)
     names = _metric_names(ks, main_k, ndcg_ks)

@@ -271,7 +271,7 @@ class OCRRetriever(RetrieverBase):
     def index_bytes(self) -> int: return self.retriever.index_bytes
 
 # %% ../nbs/05a_ocr.ipynb #53412e9d
-@register_retriever('ocr', model='optional', inner=True,
+@register_retriever('ocr', model='optional', model_name='ENGINE', inner=True,
                     options={'chunk': Option(int, None, min=1, help='split OCR text longer than this many tokens'),
                              'lang': Option(str, 'eng', help="Tesseract language(s), e.g. 'eng+deu'"),
                              'timeout': Option(float, 120, min=0, help='seconds per image'),

@@ -65,9 +65,9 @@ class SourceDescriber:
 DEFAULT_DESCRIBER = 'source+ocr'
 DESCRIBERS = Registry('describer', ('docbench_nb.describe',), entry_point_group='docbench.describers')
 
-def register_describer(kind: str, *, model: str = 'optional', options: Optional[dict] = None, help: str = ''):
+def register_describer(kind: str, *, model: str = 'optional', options: Optional[dict] = None, help: str = '', model_name: str = 'MODEL'):
     "Decorator for a describer factory `f(spec, opts, *, cache_dir, max_pixels) -> Describer` (see `spec.Registry.register`)."
-    return DESCRIBERS.register(kind, model=model, options=options, help=help)
+    return DESCRIBERS.register(kind, model=model, options=options, help=help, model_name=model_name)
 
 def _describer_spec(spec) -> Spec:
     "Parse a describer spec; `default` is `source+ocr`, and `source+ocr[:ENGINE][?…]` is the kind `source-ocr`."

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from .records import Query, Run
 from .cache import atomic_write_json
-from .metrics import evaluate_run, compare_runs, bootstrap_ci, holm_adjust
+from .metrics import score_run, compare_runs, bootstrap_ci, holm_adjust
 from .data_io import write_trec_run, read_trec_run, load_queries
 
 # %% auto #0
@@ -123,7 +123,7 @@ def _as_result(x, queries, i) -> 'Result':
     if isinstance(x, dict): return Result.from_dict(x)
     if isinstance(x, Run):
         if queries is None: raise ValueError(f"compare: item {i} is a Run; pass `queries` (a list of Query or a query file) to score it")
-        m = evaluate_run(x, queries)
+        m = score_run(x, queries)
         return Result.from_dict({'config': {'retriever': x.name}, **m, 'n_queries': len(m['per_query']), 'run': x})
     raise TypeError(f"compare: item {i} is a {type(x).__name__}; expected a Result, a result dict or a Run")
 

@@ -34,15 +34,16 @@ class RetrieverBase:
     dropped: list = ()
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
 
-# %% ../nbs/04c_retrievers.ipynb #8855bd45
+# %% ../nbs/04c_retrievers.ipynb #821f6fb7
 BUILTIN_RETRIEVER_MODULES = ('docbench_nb.index', 'docbench_nb.late', 'docbench_nb.ocr', 'docbench_nb.vision')
 RETRIEVERS = Registry('retriever', BUILTIN_RETRIEVER_MODULES, entry_point_group='docbench.retrievers')
 DEFAULT_MAX_PIXELS = 1_000_000      # image budget when none is given (the study's middle setting)
 BM25_CHUNK_SIZE = 512               # the study's chunk size, used when a retriever has no encoder window
 
-def register_retriever(kind: str, *, model: str = 'optional', options: Optional[dict] = None, inner=False, help: str = ''):
+def register_retriever(kind: str, *, model: str = 'optional', options: Optional[dict] = None, inner=False, help: str = '',
+                       model_name: str = 'MODEL'):
     "Decorator for a factory `f(spec, opts, *, cache_dir, max_pixels, device) -> Retriever` (see `spec.Registry.register`)."
-    return RETRIEVERS.register(kind, model=model, options=options, inner=inner, help=help)
+    return RETRIEVERS.register(kind, model=model, options=options, inner=inner, help=help, model_name=model_name)
 
 def check_retriever_spec(spec) -> Spec:
     "Validate a retriever spec (kind, model, options, inner spec) without building anything; returns it parsed."

@@ -15,7 +15,7 @@ from .spec import SpecError
 from .cache import stage_dir, file_sha256, atomic_open
 from .render import render_snippet, RenderError
 from .ocr import ocr_image, OCRError
-from .metrics import evaluate_run
+from .metrics import score_run
 from .retrievers import make_retriever, check_retriever_spec
 from .vision import IMAGE_RETRIEVER_KINDS
 
@@ -248,7 +248,7 @@ def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1
                 ret.index(units, progress=False)
                 run = ret.search(queries, k=k)
             else: run = Run(scores={q.id: {} for q in queries}, name=pl['route'])   # nothing legible: nothing found
-            res = evaluate_run(run, queries, main_k=k)['overall']
+            res = score_run(run, queries, main_k=k)['overall']
             rows.append({'route': pl['route'], 'length': L, 'source': pl['source'], 'retriever': pl['retriever'],
                          'chunked': pl['chunked'], 'ocr_scale': pl['ocr_scale'] if pl['source'] == 'image-ocr' else float('nan'),
                          **{m: res[m] for m in ('ndcg@10', 'recall@1', 'recall@10', 'mrr@10')},

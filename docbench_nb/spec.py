@@ -64,7 +64,7 @@ def parse_spec(text, what: str = 'spec') -> Spec:
             opts.append((k.strip(), unquote(v.strip())))
     return Spec(kind, model.strip() if colon else None, tuple(opts), inner)
 
-# %% ../nbs/00b_spec.ipynb #e964bab5
+# %% ../nbs/00b_spec.ipynb #57b9a5b6
 _BOOL = {'1': True, 'true': True, 'yes': True, 'on': True, '0': False, 'false': False, 'no': False, 'off': False}
 
 @dataclass(frozen=True)
@@ -93,8 +93,9 @@ class KindInfo:
     options: dict = field(default_factory=dict)
     inner: bool = False
     help: str = ''
+    model_name: str = 'MODEL'         # what the model part is called in usage lines (MODEL, ENGINE, ...)
     def usage(self) -> str:
-        m = {'none': '', 'optional': '[:MODEL]', 'required': ':MODEL'}[self.model]
+        m = {'none': '', 'optional': f'[:{self.model_name}]', 'required': f':{self.model_name}'}[self.model]
         o = f"[?{'&'.join(f'{k}=' for k in self.options)}]" if self.options else ''
         return f"{self.kind}{m}{o}" + ('' if not self.inner else '+SPEC' if self.inner is True else f'+{str(self.inner).upper()}')
 
@@ -115,18 +116,20 @@ def check_spec(spec, info: KindInfo, what: str = 'spec') -> dict:
         out[k] = info.options[k].convert(raw, f"{what} {s!r}: option {k}")
     return out
 
-# %% ../nbs/00b_spec.ipynb #178df10c
+# %% ../nbs/00b_spec.ipynb #0b788694
 class Registry:
     "Kinds of one family (`what`: 'retriever', 'describer', ...): `register(kind, ...)` decorates a factory; `build(spec, **ctx)` makes one."
+    _tables = {}        # what -> {kind: (info, factory)}: one table per family, however many Registry objects name it
     def __init__(self, what: str, modules: Sequence[str] = (), entry_point_group: Optional[str] = None):
         self.what, self.modules, self.group = what, tuple(modules), entry_point_group
-        self._kinds, self._loaded = {}, False
+        self._kinds, self._loaded = Registry._tables.setdefault(what, {}), False
 
-    def register(self, kind: str, *, model: str = 'optional', options: Optional[dict] = None, inner=False, help: str = ''):
+    def register(self, kind: str, *, model: str = 'optional', options: Optional[dict] = None, inner=False, help: str = '',
+                 model_name: str = 'MODEL'):
         "Decorator: `factory(spec, opts, **ctx)` builds the kind; `opts` are the converted options."
         if not _KIND.match(kind): raise ValueError(f"register: kind {kind!r} must match {_KIND.pattern}")
         if model not in ('none', 'optional', 'required'): raise ValueError(f"register: model must be 'none', 'optional' or 'required', got {model!r}")
-        info = KindInfo(kind, model, dict(options or {}), inner, help)
+        info = KindInfo(kind, model, dict(options or {}), inner, help, model_name)
         def deco(factory):
             self._kinds[kind] = (info, factory)
             return factory

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from .records import Paper
 from .render import render_paper, pdf_page_count
-from .evaluate import load_papers
+from .evaluation import load_papers
 from .chunking import default_tokenizer
 
 # %% auto #0

@@ -6,16 +6,17 @@ import pytest
 
 from docbench_nb.records import Paper, Figure, Query
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluate import load_papers, evaluate
+from docbench_nb.evaluation import load_papers, evaluate
 from docbench_nb.data_io import load_queries
 from docbench_nb.represent import represent, default_tokenizer, token_offsets
-from docbench_nb.index import make_retriever
+from docbench_nb.retrievers import make_retriever
 from docbench_nb.metrics import robustness_at_k
 from docbench_nb.figrefs import (figure_reference_cases, figure_reference_table, summarize_figure_references,
                                  references_figure, informative_words, gold_figure, unit_scores)
 from docbench_nb.stats import corpus_stats, summarize_corpus, page_histogram, token_histogram, estimate_pages
 from docbench_nb.robustness import robustness_table, significance_table, robustness_from_per_query, level_significance
-from docbench_nb.results import run_grid, load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.results import load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.experiment import grid
 
 
 @pytest.fixture(scope='module')
@@ -189,8 +190,9 @@ def test_significance_on_demo(bm25_results):
 # ---------------------------------------------------------------- results tables
 def test_results_roundtrip_on_demo(demo, tmp_path):
     papers, _ = demo
-    paths = run_grid(demo_corpus_dir(), demo_queries_path(), tmp_path, retrievers=('bm25',), chunk_sizes=(128, 256),
-                     papers=papers)
+    t = grid(demo_corpus_dir(), demo_queries_path(), tmp_path, representations=('text', 'text+captions'), retrievers=('bm25',),
+             chunk_sizes=(128, 256), describer='source', progress=False, log=lambda *a: None)
+    paths = [tmp_path / r['result'] for r in t['rows']]
     (tmp_path / 'summary.json').write_text('[]')                # a grid's summary is not a result
     res = load_results(tmp_path, with_runs=True)
     assert len(paths) == len(res) == 4 and all(r['run'].scores for r in res)

@@ -128,7 +128,7 @@ def test_chat_figure_without_image_is_not_sent(server, paper, tmp_path):
 
 def test_evaluate_with_chat_describer_on_demo(server, tmp_path):
     "End to end: every demo figure goes through the endpoint; the config names the describer."
-    from docbench_nb.evaluate import evaluate, load_papers
+    from docbench_nb.evaluation import evaluate, load_papers
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=tmp_path / 'cache', progress=False)
     figs = [f for p in papers for f in p.figures]
@@ -170,7 +170,7 @@ REAL_PAPER = 'arxiv-2405.03064v3'
 
 def test_ocr_describer_reads_real_figure_text(shared_dir, tmp_path):
     "Figures of a real paper that are PDFs with embedded text: OCR must find most of the words pdftotext extracts."
-    from docbench_nb.evaluate import load_papers
+    from docbench_nb.evaluation import load_papers
     src = shared_dir / 'corpus' / 'papers' / REAL_PAPER
     if not src.is_dir(): pytest.skip(f'{REAL_PAPER} not in the shared corpus')
     (p,), _ = load_papers([src], cache_dir=tmp_path, progress=False)

@@ -3,7 +3,7 @@ import json, subprocess, sys, pytest
 from pathlib import Path
 from docbench_nb.cli import main
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluate import evaluate, load_papers
+from docbench_nb.evaluation import evaluate, load_papers
 
 KEYS = {'config', 'n_docs', 'n_units', 'index_bytes', 'overall', 'by_evidence_type', 'by_level', 'per_query', 'timings'}
 METRICS = {'ndcg@10', 'recall@1', 'recall@5', 'recall@10', 'mrr@10'}
@@ -49,7 +49,7 @@ def test_demo_command_runs(tmp_path):
 
 @pytest.mark.slow
 def test_second_dense_run_reembeds_nothing(tmp_path):
-    from docbench_nb.index import make_retriever
+    from docbench_nb.retrievers import make_retriever
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=tmp_path, progress=False)
     r1 = make_retriever('dense', cache_dir=tmp_path)
     a = evaluate(demo_corpus_dir(), demo_queries_path(), retriever=r1, chunk_size=128, papers=papers, progress=False)

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from docbench_nb.records import Unit, Query, Run
-from docbench_nb.index import (DenseIndex, BM25Index, rrf_fuse, DenseRetriever, BM25Retriever, HybridRetriever,
-                               make_retriever, group_by_doc)
+from docbench_nb.index import BM25Index, rrf_fuse, DenseRetriever, BM25Retriever, HybridRetriever
+from docbench_nb.unitindex import DenseIndex, group_by_doc
+from docbench_nb.retrievers import make_retriever
 
 
 def random_corpus(seed, n_docs=60, max_units=40, dim=24, shuffle=True):

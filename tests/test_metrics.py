@@ -148,21 +148,21 @@ def test_real_bm25_run_on_shared_dev_queries(shared_dir):
     qrels = qrels_from_queries(queries)
     ref = check_against_pytrec(qrels, run.scores)
     check_against_ir_measures(qrels, run.scores, tie_free=False)
-    ev = evaluate_run(run, queries)
+    ev = score_run(run, queries)
     ref_mean = np.mean([ref[q.id]['ndcg_cut_10'] for q in queries if q.level == 0])
     assert abs(ev['overall']['ndcg@10'] - ref_mean) < TOL and ev['overall']['n'] == 60
     assert set(ev['by_level']) == {'0', '1', '2', '3'} and set(ev['by_evidence_type']) == {'text', 'table', 'figure'}
 
 
-# ---------------------------------------------------------------- evaluate_run
+# ---------------------------------------------------------------- score_run
 
-def test_evaluate_run_groups_and_missing_queries():
+def test_score_run_groups_and_missing_queries():
     qs = [Query('a', 't', ['d1'], 'text', 0, 'a'), Query('a@L1', 't', ['d1'], 'text', 1, 'a'),
           Query('b', 't', ['d2'], 'figure', 0, 'b'), Query('b@L1', 't', ['d2'], 'figure', 1, 'b'),
           Query('c', 't', ['d3', 'd4'], 'table', 0, 'c')]
     run = Run(scores={'a': {'d1': 3, 'd2': 2}, 'a@L1': {'d2': 3, 'd1': 2}, 'b': {'d9': 1, 'd8': 0.5, 'd2': 0.1},
                       'c': {'d4': 1, 'x': 0.5, 'd3': 0.2}})
-    ev = evaluate_run(run, qs)
+    ev = score_run(run, qs)
     pq = {r['query_id']: r for r in ev['per_query']}
     assert [pq[q]['rank'] for q in ('a', 'a@L1', 'b', 'b@L1', 'c')] == [1, 2, 3, None, 1]
     assert pq['b@L1']['ndcg@10'] == 0 and pq['c']['gold'] == ['d3', 'd4'] and pq['b']['type'] == 'figure'
@@ -173,13 +173,13 @@ def test_evaluate_run_groups_and_missing_queries():
     assert ev['by_evidence_type']['figure']['recall@5'] == 1.0 and ev['by_level_and_type']['1']['figure']['recall@5'] == 0.0
     assert math.isclose(ev['macro_over_types']['ndcg@10'], ev['overall']['ndcg@10'])   # one query per type here
     # a different main_k / ks changes the names
-    ev5 = evaluate_run(run, qs, ks=(1, 3), main_k=5, ndcg_ks=(5,))
+    ev5 = score_run(run, qs, ks=(1, 3), main_k=5, ndcg_ks=(5,))
     assert list(ev5['overall']) == ['ndcg@5', 'recall@1', 'recall@3', 'mrr@5', 'n']
 
 
-def test_evaluate_run_refuses_queries_without_gold():
+def test_score_run_refuses_queries_without_gold():
     with pytest.raises(ValueError, match="'x' has no gold"):
-        evaluate_run(Run(), [Query('x', 'q')])
+        score_run(Run(), [Query('x', 'q')])
 
 
 # ---------------------------------------------------------------- robustness, coverage, fusion
@@ -270,11 +270,11 @@ def test_bootstrap_ci_covers_mean_and_shrinks():
     with pytest.raises(ValueError): bootstrap_ci([])
 
 
-def test_compare_runs_on_evaluate_run_results():
+def test_compare_runs_on_score_run_results():
     qs = [Query(f'q{i}', 't', [f'd{i}'], 'text') for i in range(40)]
     good = Run(scores={q.id: {q.doc_ids[0]: 1.0, 'x': 0.5} for q in qs})
     bad = Run(scores={q.id: ({'x': 1.0, q.doc_ids[0]: 0.5} if i % 2 else {}) for i, q in enumerate(qs)})
-    c = compare_runs(evaluate_run(good, qs), evaluate_run(bad, qs), metric='ndcg@10')
+    c = compare_runs(score_run(good, qs), score_run(bad, qs), metric='ndcg@10')
     assert c['n'] == 40 and c['mean_a'] == 1.0
     assert math.isclose(c['mean_b'], 0.5 / math.log2(3)) and math.isclose(c['mean_diff'], 1 - 0.5 / math.log2(3))
     assert c['ci_lo'] <= c['mean_diff'] <= c['ci_hi'] and c['p_value'] < 0.001

@@ -273,6 +273,9 @@ def test_parse_corpus_never_raises(tmp_path):
 # ---------------------------------------------------------------- the shared corpus
 FIG_ENV = re.compile(r'\\begin\s*\{(?:figure\*?|wrapfigure|SCfigure|sidewaysfigure\*?)\}')
 TAB_ENV = re.compile(r'\\begin\s*\{(?:table\*?|deluxetable\*?|longtable|sidewaystable\*?|wraptable)\}')
+# over-detection (floats beyond the environments written), as a share of them; measured 0.0036 and 0.0614 (standalone
+# xltabular tables and longtables made by a paper's own macros are not in TAB_ENV), bounded with a little headroom
+EXCESS_MAX = {"figures": 0.01, "tables": 0.075}
 VERB = re.compile(r'\\begin\s*\{(verbatim\*?|Verbatim\*?|BVerbatim|LVerbatim|lstlisting|minted|alltt|spverbatim)\}.*?'
                   r'\\end\s*\{\1\}|\\verb\*?([^A-Za-z\s]).*?\2', re.S)
 
@@ -311,18 +314,23 @@ def test_corpus_every_source_yields_a_record(corpus):
 
 @pytest.mark.slow
 def test_corpus_float_recall(corpus):
+    """Per paper, detected floats vs `\\begin{figure...}` / `\\begin{table...}` environments in the body: recall
+    (missed floats) and over-detection (floats found beyond the environments written), both kept in bounds."""
     stats = {}
     for kind, pat in (('figures', FIG_ENV), ('tables', TAB_ENV)):
-        want = found = 0; misses = []
+        want = found = excess = 0; misses, extra = [], []
         for src, r, body in corpus:
             if body is None: continue
             n = len(pat.findall(body))
             got = len(r.figures) if kind == 'figures' else len([t for t in r.tables if t.env != 'tabular'])
-            want += n; found += min(n, got)
+            want += n; found += min(n, got); excess += max(got - n, 0)
             if got < n: misses.append((r.id, got, n))
-        stats[kind] = (found / want, want, misses)
+            if got > n: extra.append((r.id, got, n))
+        stats[kind] = (found / want, excess / want)
         print(f'{kind}: recall {found}/{want} = {found / want:.4f}; misses {misses}')
+        print(f'{kind}: over-detected {excess} beyond {want} = {excess / want:.4f} in {len(extra)} papers {extra}')
     assert stats['figures'][0] >= 0.97 and stats['tables'][0] >= 0.97
+    assert stats['figures'][1] <= EXCESS_MAX['figures'] and stats['tables'][1] <= EXCESS_MAX['tables'], stats
 
 @pytest.mark.slow
 def test_corpus_titles(corpus, shared_dir):
@@ -351,3 +359,9 @@ def test_corpus_image_resolution(corpus):
         if isinstance(r, Paper):
             for f in r.figures:
                 for img in f.images: assert (Path(r.root) / img).is_file()
+
+def test_protected_names_complete_in_macros():
+    "macros alone protects every command the cleaner handles (no module adds to the set at import)."
+    import docbench_nb.macros as M, docbench_nb.clean as C
+    assert isinstance(M._PROTECTED, frozenset)
+    assert set(C._HANDLERS) | set(C._SECTION_LEVELS) <= M._PROTECTED

@@ -3,7 +3,7 @@ import random, pytest
 from docbench_nb.represent import represent, chunk_spans, default_tokenizer, figure_section, text_caption_units
 from docbench_nb.parse import parse_paper
 from docbench_nb.demo import demo_corpus_dir
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 
 @pytest.fixture(scope='module')
 def tok(): return default_tokenizer()

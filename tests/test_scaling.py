@@ -2,7 +2,7 @@
 import shutil
 import pytest
 from docbench_nb.demo import demo_corpus_dir
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 from docbench_nb.represent import default_tokenizer, token_offsets
 from docbench_nb.scaling import (context_windows, window_text, prose_fraction, parse_route, scaling_experiment,
                                  DEFAULT_ROUTES)

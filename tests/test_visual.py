@@ -1,7 +1,7 @@
 "Figures / pages / interleaved representations on real shared papers (slow: converts figures and renders pages)."
 import shutil, pytest
 from PIL import Image
-from docbench_nb.evaluate import load_papers
+from docbench_nb.evaluation import load_papers
 from docbench_nb.represent import represent, default_tokenizer
 import docbench_nb.visual  # registers the visual representations
 
