@@ -30,7 +30,7 @@ def cmd_parse(args) -> int:
     if not args.json: print(f"{n} papers, {n_err} errors", file=sys.stderr)
     return 0
 
-# %% ../nbs/16_cli.ipynb #93396d91
+# %% ../nbs/16_cli.ipynb #cd91d5d4
 def cmd_retrievers(args) -> int:
     from docbench_nb.retrievers import retriever_help
     from docbench_nb.represent import describer_help
@@ -58,6 +58,7 @@ def cmd_evaluate(args) -> int:
     if args.out: res.save(args.out); print(f'wrote {args.out}')
     return 0
 
+# %% ../nbs/16_cli.ipynb #37d628fd
 GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer')
 
 def read_grid_config(path) -> dict:
@@ -80,6 +81,7 @@ def read_grid_config(path) -> dict:
     if bad: raise ValueError(f"{path}: unknown key(s) {bad}; known: {', '.join(GRID_KEYS)}")
     return d
 
+# %% ../nbs/16_cli.ipynb #1473ce19
 def cmd_grid(args) -> int:
     from docbench_nb.experiment import grid
     cfg = read_grid_config(args.config) if args.config else {}
@@ -97,6 +99,7 @@ def cmd_grid(args) -> int:
     print(f"{len(t['rows'])} rows: {t['computed']} computed, {t['reused']} reused, {t['failed']} failed in {t['seconds']:.1f}s; wrote {cfg['out']}")
     return 1 if t['failed'] else 0
 
+# %% ../nbs/16_cli.ipynb #dd01a5f0
 def cmd_demo(args) -> int:
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     from docbench_nb.evaluation import evaluate, format_result, load_papers
@@ -128,16 +131,8 @@ def cmd_stats(args) -> int:
     print(json.dumps(d, indent=None if args.json else 1, ensure_ascii=False, default=str))
     return 0
 
-# %% ../nbs/16_cli.ipynb #272df7fd
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog='docbench', description='Retrieval over scientific papers from LaTeX sources.')
-    ap.add_argument('--cache-dir', default=None, help='cache folder (default $DOCBENCH_CACHE or ~/.cache/docbench)')
-    ap.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
-    sub = ap.add_subparsers(dest='cmd', required=True)
-    p = sub.add_parser('parse', help='parse LaTeX sources into structured papers')
-    p.add_argument('src', nargs='+', help='paper folder, .tar.gz/.tgz/.tar, gzipped .tex, or a folder of papers')
-    p.add_argument('--json', action='store_true', help='one JSON object per paper per line')
-    p.set_defaults(fn=cmd_parse)
+# %% ../nbs/16_cli.ipynb #4b9d698b
+def _add_evaluate(sub):
     e = sub.add_parser('evaluate', help='evaluate one representation x retriever configuration')
     e.add_argument('--corpus', required=True); e.add_argument('--queries', required=True)
     e.add_argument('--representation', default='text', help='text | text+captions | figures | pages | interleaved')
@@ -152,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument('--overlap', type=int, default=0)
     e.add_argument('--k', type=int, default=10); e.add_argument('--out', default=None)
     e.set_defaults(fn=cmd_evaluate)
+
+def _add_grid(sub):
     g = sub.add_parser('grid', help='the experiment grid: representations x retrievers x chunk sizes x pixel budgets')
     g.add_argument('--config', default=None, help='TOML or YAML file with the keys below (flags win)')
     g.add_argument('--corpus'); g.add_argument('--queries'); g.add_argument('--out', help='output folder')
@@ -165,8 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--k', type=int, default=None); g.add_argument('--describer', default=None)
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')
     g.set_defaults(fn=cmd_grid)
-    rt = sub.add_parser('retrievers', help='list the registered retriever kinds and describers with their options')
-    rt.set_defaults(fn=cmd_retrievers)
+
+# %% ../nbs/16_cli.ipynb #6f76c29b
+def _add_others(sub):
+    p = sub.add_parser('parse', help='parse LaTeX sources into structured papers')
+    p.add_argument('src', nargs='+', help='paper folder, .tar.gz/.tgz/.tar, gzipped .tex, or a folder of papers')
+    p.add_argument('--json', action='store_true', help='one JSON object per paper per line')
+    p.set_defaults(fn=cmd_parse)
+    sub.add_parser('retrievers', help='list the registered retriever kinds and describers with their options').set_defaults(fn=cmd_retrievers)
     d = sub.add_parser('demo', help='run the evaluation on the embedded demo corpus (offline)')
     d.add_argument('--retrievers', default='bm25,dense,hybrid')
     d.add_argument('--representation', default='text')
@@ -181,8 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument('--nbs', default='nbs'); s.add_argument('--out', default='_site')
     s.add_argument('--no-execute', action='store_true')
     s.set_defaults(fn=cmd_docs)
+
+def build_parser() -> argparse.ArgumentParser:
+    "The `docbench` argument parser: global options, then one sub-command per job."
+    ap = argparse.ArgumentParser(prog='docbench', description='Retrieval over scientific papers from LaTeX sources.')
+    ap.add_argument('--cache-dir', default=None, help='cache folder (default $DOCBENCH_CACHE or ~/.cache/docbench)')
+    ap.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    _add_others(sub); _add_evaluate(sub); _add_grid(sub)
     return ap
 
+# %% ../nbs/16_cli.ipynb #d5430b81
 def main(argv=None) -> int:
     "Entry point of the `docbench` console script."
     args = build_parser().parse_args(argv)
