@@ -466,45 +466,14 @@ def _add_image(self:_Cleaner, raw):
     self.images.append((name, f, self.n))
     if f is not None: f.images.append(name)
 
-# %% ../nbs/02b_clean.ipynb #8ed9edac
+# %% ../nbs/02b_clean.ipynb #c6663301
 def _h_label(self, name, j, k, end):
+    "`\\label{key}`: recorded at the current output offset; a marker stays in the text."
     args, k = self._args(k, end, 'm')
     if args[0]: self._label(self.s[args[0][0]:args[0][1]].strip(), j)
     self.emit(MARK); return k
 
-def _h_begin(self, name, j, k, end):
-    s = self.s
-    em = _ENV_NAME.match(s, k, end)
-    if not em: self.emit('\\begin'); return k
-    env, k = em.group(1).strip(), em.end()
-    if env in _FIGURE_ENVS: return self._float('figure', env, k, end)
-    if env in _TABLE_ENVS: return self._float('table', env, k, end)
-    if env in _LONG_TABLE_ENVS: return self._longtable(env, k, end)
-    if env in _TABULAR_ENVS: return self._tabular(env, k, end)
-    if env in _EQ_ENVS: return self._equation(env, k, end)
-    if env in _SUB_ENVS or (env == 'minipage' and self.fstack): return self._wrapper(env, k, end, keep=False, sub=True)
-    if env in _DROP_ENVS:
-        ee = self._env_end(env, k, end)
-        if ee is None: self.warn(f'\\begin{{{env}}} not closed'); self.emit(MARK); return k
-        self.emit(MARK); return ee[1]
-    if env in VERBATIM_ENVS or env in self.verbatim:
-        _, k = self._args(k, end, _ENV_ARGS.get(env, ''))
-        ee = verbatim_end(s, env, k, end)
-        if ee is None: self.warn(f'\\begin{{{env}}} not closed'); return k
-        self.emit('\n' + s[k:ee[0]].strip('\n') + '\n'); return ee[1]
-    if env == 'abstract':
-        self.emit('\n\n\\begin{abstract}\n'); m0 = self.mark()
-        self.envstack.append(env)
-        try: k, ok = self.run(k, end, 'text', ('env', env))
-        finally: self.envstack.pop()
-        self.abstracts.append(self.captured(m0)); self.emit('\n\\end{abstract}\n\n')
-        return k
-    if env == 'overpic':
-        args, k = self._args(k, end, 'om')
-        if args[1]: self._add_image(s[args[1][0]:args[1][1]])
-        return self._wrapper(env, k, end, keep=False)
-    return self._wrapper(env, k, end, keep=env not in _LAYOUT_ENVS)
-
+# %% ../nbs/02b_clean.ipynb #11770e5b
 def _wrapper(self, env, k, end, keep=True, sub=False):
     "A generic environment: kept (`\\begin{env}`..`\\end{env}`) or, for layout/sub-figure ones, only its content."
     if keep:
@@ -527,6 +496,44 @@ def _wrapper(self, env, k, end, keep=True, sub=False):
     if keep: self.emit('\\end{%s}' % env)
     return k
 _Cleaner._wrapper = _wrapper
+
+# %% ../nbs/02b_clean.ipynb #1220d298
+def _begin_other(self, env, k, end):
+    "`\\begin{env}` (body at `k`) of an environment that is no float, tabular or equation."
+    s = self.s
+    if env in _DROP_ENVS:
+        ee = self._env_end(env, k, end)
+        if ee is None: self.warn(f'\\begin{{{env}}} not closed'); self.emit(MARK); return k
+        self.emit(MARK); return ee[1]
+    if env in VERBATIM_ENVS or env in self.verbatim:
+        _, k = self._args(k, end, _ENV_ARGS.get(env, ''))
+        ee = verbatim_end(s, env, k, end)
+        if ee is None: self.warn(f'\\begin{{{env}}} not closed'); return k
+        self.emit('\n' + s[k:ee[0]].strip('\n') + '\n'); return ee[1]
+    if env == 'abstract':
+        self.emit('\n\n\\begin{abstract}\n'); m0 = self.mark()
+        self.envstack.append(env)
+        try: k, ok = self.run(k, end, 'text', ('env', env))
+        finally: self.envstack.pop()
+        self.abstracts.append(self.captured(m0)); self.emit('\n\\end{abstract}\n\n')
+        return k
+    if env == 'overpic':
+        args, k = self._args(k, end, 'om')
+        if args[1]: self._add_image(s[args[1][0]:args[1][1]])
+        return self._wrapper(env, k, end, keep=False)
+    return self._wrapper(env, k, end, keep=env not in _LAYOUT_ENVS)
+
+def _h_begin(self, name, j, k, end):
+    em = _ENV_NAME.match(self.s, k, end)
+    if not em: self.emit('\\begin'); return k
+    env, k = em.group(1).strip(), em.end()
+    if env in _FIGURE_ENVS: return self._float('figure', env, k, end)
+    if env in _TABLE_ENVS: return self._float('table', env, k, end)
+    if env in _LONG_TABLE_ENVS: return self._longtable(env, k, end)
+    if env in _TABULAR_ENVS: return self._tabular(env, k, end)
+    if env in _EQ_ENVS: return self._equation(env, k, end)
+    if env in _SUB_ENVS or (env == 'minipage' and self.fstack): return self._wrapper(env, k, end, keep=False, sub=True)
+    return _begin_other(self, env, k, end)
 
 # %% ../nbs/02b_clean.ipynb #c58498b8
 def _h_end(self, name, j, k, end):

@@ -113,104 +113,47 @@ def _check_macro(m):
     m.safe, m.why = not why, why
     return m
 
-# %% ../nbs/02a_macros.ipynb #c2c69da5
-def _find_defs(tex):
-    "All macro/environment definitions in `tex`: list of `(start, end, Macro|None, kind)`."
-    out, i, n = [], 0, len(tex)
-    while True:
-        m = _DEF_RE.search(tex, i)
-        if not m: return out
-        k = m.end(); i = m.end()
-        if m.group('nc') or m.group('dmo'):
-            nm = _cs_name(tex, k, n)
-            if nm is None: continue
-            name, k = nm
-            if m.group('dmo'):
-                a = read_arg(tex, k, n)
-                if a[0] is None: continue
-                body = r'\operatorname' + m.group('star') + '{' + a[0] + '}'
-                out.append((m.start(), a[1], _check_macro(Macro(name, 0, None, body)), 'newcommand')); i = a[1]; continue
-            nargs, default = 0, None
-            o = read_opt(tex, k, n)
-            if o[0] is not None:
-                try: nargs = int(o[0].strip())
-                except ValueError: continue
-                k = o[1]
-                o2 = read_opt(tex, k, n)
-                if o2[0] is not None: default, k = o2
-            a = read_arg(tex, k, n)
-            if a[0] is None: continue
-            kind = 'providecommand' if m.group('nc') == 'providecommand' else 'newcommand'
-            out.append((m.start(), a[1], _check_macro(Macro(name, min(nargs, 9), default, a[0])), kind)); i = a[1]
-        elif m.group('df'):
-            cm = CS_RE.match(tex, skip_ws(tex, k, n))
-            if not cm: continue
-            name, k = cm.group(1), cm.end()
-            b = tex.find('{', k, k + 100)
-            if b < 0: continue
-            params = tex[k:b]
-            e = match_brace(tex, b, b + 200_000)
-            if e < 0: continue
-            body = tex[b + 1:e]
-            if re.fullmatch(r'(#\d)*', params.replace(' ', '')):
-                mac = _check_macro(Macro(name, params.count('#'), None, body))
-            else: mac = Macro(name, 0, None, body, False, 'delimited parameters')
-            out.append((m.start(), e + 1, mac, 'def')); i = e + 1
-        elif m.group('env') or m.group('xpenv'):
-            a = read_arg(tex, k, n)
-            if a[0] is None: continue
-            k, nargs, default = a[1], 0, None
-            if m.group('env'):
-                o = read_opt(tex, k, n)
-                if o[0] is not None:
-                    k = o[1]
-                    try: nargs = int(o[0].strip())
-                    except ValueError: nargs = -1
-                    o2 = read_opt(tex, k, n)
-                    if o2[0] is not None: default, k = o2
-            else:
-                sp = read_arg(tex, k, n)
-                if sp[0] is None: continue
-                k = sp[1]; nargs, default = _xparse_spec(sp[0])
-            b1 = read_arg(tex, k, n)
-            b2 = read_arg(tex, b1[1], n) if b1[0] is not None else (None, k)
-            if b2[0] is None: continue
-            out.append((m.start(), b2[1], _check_env(EnvMacro(a[0].strip(), nargs, default, b1[0], b2[0])), 'environment'))
-            i = b2[1]
-        elif m.group('xp'):
-            nm = _cs_name(tex, k, n)
-            sp = read_arg(tex, nm[1], n) if nm else (None, k)
-            a = read_arg(tex, sp[1], n) if sp[0] is not None else (None, k)
-            if a[0] is None: continue
-            nargs, default = _xparse_spec(sp[0])
-            mac = Macro(nm[0], max(nargs, 0), default, a[0])
-            if nargs < 0: mac.safe, mac.why = False, 'argument spec beyond m/o/O{}'
-            else: _check_macro(mac)
-            out.append((m.start(), a[1], mac, 'newcommand')); i = a[1]
-        elif m.group('verb'):                          # custom verbatim environments (fancyvrb, listings, minted)
-            a = read_arg(tex, k, n)
-            if a[0] is None: continue
-            name, e = a[0].strip(), a[1]
-            kind = m.group('verb')
-            nargs = {'DefineVerbatimEnvironment': 2, 'RecustomVerbatimEnvironment': 2, 'newminted': 1}.get(kind, 2)
-            if kind == 'newminted': name += 'code'
-            if kind == 'lstnewenvironment':
-                for _ in range(2):
-                    o = read_opt(tex, e, n)
-                    if o[0] is not None: e = o[1]
-            for _ in range(nargs):
-                b = read_arg(tex, e, n)
-                if b[0] is None: break
-                e = b[1]
-            out.append((m.start(), e, name, 'verbatimenv')); i = e
-        elif m.group('let'):
-            mm = re.compile(r'\s*\\(?:[A-Za-z@]+|.)\s*=?\s*(?:\\(?:[A-Za-z@]+|.)|[^\\\s])', re.S).match(tex, k)
-            if mm: out.append((m.start(), mm.end(), None, 'let')); i = mm.end()
-        else:   # \newif\ifsomething
-            mm = re.compile(r'\s*\\[A-Za-z@]+').match(tex, k)
-            if mm: out.append((m.start(), mm.end(), None, 'newif')); i = mm.end()
+# %% ../nbs/02a_macros.ipynb #07755c2b
+def _def_newcommand(tex, m, k, n):
+    "`\\newcommand{\\x}[n][default]{body}` and its variants, or `\\DeclareMathOperator{\\x}{name}`."
+    nm = _cs_name(tex, k, n)
+    if nm is None: return None
+    name, k = nm
+    if m.group('dmo'):
+        a = read_arg(tex, k, n)
+        if a[0] is None: return None
+        body = r'\operatorname' + m.group('star') + '{' + a[0] + '}'
+        return m.start(), a[1], _check_macro(Macro(name, 0, None, body)), 'newcommand'
+    nargs, default = 0, None
+    o = read_opt(tex, k, n)
+    if o[0] is not None:
+        try: nargs = int(o[0].strip())
+        except ValueError: return None
+        k = o[1]
+        o2 = read_opt(tex, k, n)
+        if o2[0] is not None: default, k = o2
+    a = read_arg(tex, k, n)
+    if a[0] is None: return None
+    kind = 'providecommand' if m.group('nc') == 'providecommand' else 'newcommand'
+    return m.start(), a[1], _check_macro(Macro(name, min(nargs, 9), default, a[0])), kind
 
-# %% ../nbs/02a_macros.ipynb #aa1c8370
+def _def_tex(tex, m, k, n):
+    "`\\def\\x#1#2{body}`; a definition with delimited parameters (`\\def\\x#1.{..}`) is read but unsafe."
+    cm = CS_RE.match(tex, skip_ws(tex, k, n))
+    if not cm: return None
+    name, k = cm.group(1), cm.end()
+    b = tex.find('{', k, k + 100)
+    if b < 0: return None
+    params = tex[k:b]
+    e = match_brace(tex, b, b + 200_000)
+    if e < 0: return None
+    body = tex[b + 1:e]
+    if re.fullmatch(r'(#\d)*', params.replace(' ', '')):
+        mac = _check_macro(Macro(name, params.count('#'), None, body))
+    else: mac = Macro(name, 0, None, body, False, 'delimited parameters')
+    return m.start(), e + 1, mac, 'def'
+
+# %% ../nbs/02a_macros.ipynb #347f8e7b
 def _xparse_spec(spec):
     "`(nargs, default)` for an xparse argument spec made of `m`s after at most one leading `o`/`O{..}`; nargs -1 if unsupported."
     spec = spec.replace(' ', '')
@@ -233,6 +176,90 @@ def _check_env(e):
     e.safe, e.why = not why, why
     return e
 
+# %% ../nbs/02a_macros.ipynb #f5d91683
+def _def_env(tex, m, k, n):
+    "`\\newenvironment{e}[n][default]{begin}{end}` or `\\NewDocumentEnvironment{e}{spec}{begin}{end}`."
+    a = read_arg(tex, k, n)
+    if a[0] is None: return None
+    k, nargs, default = a[1], 0, None
+    if m.group('env'):
+        o = read_opt(tex, k, n)
+        if o[0] is not None:
+            k = o[1]
+            try: nargs = int(o[0].strip())
+            except ValueError: nargs = -1
+            o2 = read_opt(tex, k, n)
+            if o2[0] is not None: default, k = o2
+    else:
+        sp = read_arg(tex, k, n)
+        if sp[0] is None: return None
+        k = sp[1]; nargs, default = _xparse_spec(sp[0])
+    b1 = read_arg(tex, k, n)
+    b2 = read_arg(tex, b1[1], n) if b1[0] is not None else (None, k)
+    if b2[0] is None: return None
+    return m.start(), b2[1], _check_env(EnvMacro(a[0].strip(), nargs, default, b1[0], b2[0])), 'environment'
+
+def _def_xparse(tex, m, k, n):
+    "`\\NewDocumentCommand{\\x}{spec}{body}` and its variants (unsafe beyond `m`/`o`/`O{..}` arguments)."
+    nm = _cs_name(tex, k, n)
+    sp = read_arg(tex, nm[1], n) if nm else (None, k)
+    a = read_arg(tex, sp[1], n) if sp[0] is not None else (None, k)
+    if a[0] is None: return None
+    nargs, default = _xparse_spec(sp[0])
+    mac = Macro(nm[0], max(nargs, 0), default, a[0])
+    if nargs < 0: mac.safe, mac.why = False, 'argument spec beyond m/o/O{}'
+    else: _check_macro(mac)
+    return m.start(), a[1], mac, 'newcommand'
+
+# %% ../nbs/02a_macros.ipynb #4a8279ec
+def _def_verbatim(tex, m, k, n):
+    "`\\DefineVerbatimEnvironment{name}{base}{opts}`, `\\lstnewenvironment`, `\\newminted{lang}{opts}`: the new name."
+    a = read_arg(tex, k, n)
+    if a[0] is None: return None
+    name, e = a[0].strip(), a[1]
+    kind = m.group('verb')
+    nargs = {'DefineVerbatimEnvironment': 2, 'RecustomVerbatimEnvironment': 2, 'newminted': 1}.get(kind, 2)
+    if kind == 'newminted': name += 'code'
+    if kind == 'lstnewenvironment':
+        for _ in range(2):
+            o = read_opt(tex, e, n)
+            if o[0] is not None: e = o[1]
+    for _ in range(nargs):
+        b = read_arg(tex, e, n)
+        if b[0] is None: break
+        e = b[1]
+    return m.start(), e, name, 'verbatimenv'
+
+_LET_RE = re.compile(r'\s*\\(?:[A-Za-z@]+|.)\s*=?\s*(?:\\(?:[A-Za-z@]+|.)|[^\\\s])', re.S)
+_NEWIF_RE = re.compile(r'\s*\\[A-Za-z@]+')
+
+def _def_let(tex, m, k, n):
+    "`\\let\\a\\b` / `\\let\\a=b` (kind `let`) or `\\newif\\ifsomething` (kind `newif`): only their extent."
+    mm = (_LET_RE if m.group('let') else _NEWIF_RE).match(tex, k)
+    return (m.start(), mm.end(), None, 'let' if m.group('let') else 'newif') if mm else None
+
+# %% ../nbs/02a_macros.ipynb #4348d457
+def _read_def(tex, m, n):
+    "The definition whose defining command matched `m`, read by the reader for its kind (or None)."
+    k = m.end()
+    if m.group('nc') or m.group('dmo'): return _def_newcommand(tex, m, k, n)
+    if m.group('df'): return _def_tex(tex, m, k, n)
+    if m.group('env') or m.group('xpenv'): return _def_env(tex, m, k, n)
+    if m.group('xp'): return _def_xparse(tex, m, k, n)
+    if m.group('verb'): return _def_verbatim(tex, m, k, n)     # custom verbatim environments (fancyvrb, listings, minted)
+    return _def_let(tex, m, k, n)                              # \let, \newif\ifsomething
+
+def _find_defs(tex):
+    "All macro/environment definitions in `tex`: list of `(start, end, Macro|None, kind)`."
+    out, i, n = [], 0, len(tex)
+    while True:
+        m = _DEF_RE.search(tex, i)
+        if not m: return out
+        d = _read_def(tex, m, n)
+        if d is None: i = m.end()
+        else: out.append(d); i = d[1]
+
+# %% ../nbs/02a_macros.ipynb #a9a38136
 def _collect_envs(defs):
     envs = {}
     for _, _, e, kind in defs:
@@ -280,42 +307,43 @@ def _read_macro_args(s, k, n, nargs, default):
         args.append(a[0]); k = a[1]
     return args, k
 
-# %% ../nbs/02a_macros.ipynb #71971670
-def _expand(text, macros, max_depth=10, max_growth=4.0, envs=None):
-    "Expand safe `macros` (and environment macros `envs`) in `text`; returns `(text, warnings)`."
-    usable = {n: m for n, m in macros.items() if m.safe}
-    uenvs = {n: e for n, e in (envs or {}).items() if e.safe}
-    if (not usable and not uenvs) or '\\' not in text: return text, []
-    budget = [int(len(text) * max_growth) + 200_000]
-    warnings, deep = [], [False]
+# %% ../nbs/02a_macros.ipynb #7e4b99e3
+class _Budget:
+    "What expansion may still do: characters left to produce, the depth limit, and whether it was reached."
+    def __init__(self, chars, max_depth): self.chars, self.max_depth, self.deep = chars, max_depth, False
+    def spend(self, body):
+        self.chars -= len(body)
+        if self.chars < 0: raise _ExpansionOverflow()
 
-    if uenvs:
-        epat = re.compile(r'\\(begin|end)\s*\{(' + '|'.join(map(re.escape, sorted(uenvs, key=len, reverse=True))) + r')\}')
-        def eexp(s, depth):
-            out, pos, n = [], 0, len(s)
-            while True:
-                m = epat.search(s, pos)
-                if not m: break
-                e, k = uenvs[m.group(2)], m.end()
-                if m.group(1) == 'end': body = e.end
-                else:
-                    r = _read_macro_args(s, k, n, e.nargs, e.default)
-                    if r is None: out.append(s[pos:k]); pos = k; continue
-                    body = _sub_args(e.begin, r[0]); k = r[1]
-                if depth < max_depth: body = eexp(body, depth + 1)
-                else: deep[0] = True
-                budget[0] -= len(body)
-                if budget[0] < 0: raise _ExpansionOverflow()
-                out.append(s[pos:m.start()]); out.append(body); pos = k
-            if not out: return s
-            out.append(s[pos:])
-            return ''.join(out)
-        try: text = eexp(text, 0)
-        except (_ExpansionOverflow, RecursionError):
-            warnings.append('environment macro expansion too large or deep; environments left unexpanded')
-        if not usable: return text, warnings
-    pat = re.compile(r'\\(' + '|'.join(map(re.escape, sorted(usable, key=len, reverse=True))) + r')(?![A-Za-z@])')
+def _alternation(names): return '|'.join(map(re.escape, sorted(names, key=len, reverse=True)))
 
+def _env_expander(uenvs, budget):
+    "A function `(s, depth) -> s` replacing `\\begin{e}`/`\\end{e}` of environment macros `uenvs`, recursively."
+    epat = re.compile(r'\\(begin|end)\s*\{(' + _alternation(uenvs) + r')\}')
+    def eexp(s, depth):
+        out, pos, n = [], 0, len(s)
+        while True:
+            m = epat.search(s, pos)
+            if not m: break
+            e, k = uenvs[m.group(2)], m.end()
+            if m.group(1) == 'end': body = e.end
+            else:
+                r = _read_macro_args(s, k, n, e.nargs, e.default)
+                if r is None: out.append(s[pos:k]); pos = k; continue
+                body = _sub_args(e.begin, r[0]); k = r[1]
+            if depth < budget.max_depth: body = eexp(body, depth + 1)
+            else: budget.deep = True
+            budget.spend(body)
+            out.append(s[pos:m.start()]); out.append(body); pos = k
+        if not out: return s
+        out.append(s[pos:])
+        return ''.join(out)
+    return eexp
+
+# %% ../nbs/02a_macros.ipynb #7c0387d0
+def _macro_expander(usable, budget):
+    "A function `(s, depth) -> s` expanding calls of the macros `usable`, recursively."
+    pat = re.compile(r'\\(' + _alternation(usable) + r')(?![A-Za-z@])')
     def exp(s, depth):
         out, pos, n = [], 0, len(s)
         while True:
@@ -328,21 +356,34 @@ def _expand(text, macros, max_depth=10, max_growth=4.0, envs=None):
             args, k = r
             body = _sub_args(mac.body, args)
             if not args and s.startswith('{}', k): k += 2
-            if depth < max_depth: body = exp(body, depth + 1)
-            else: deep[0] = True
+            if depth < budget.max_depth: body = exp(body, depth + 1)
+            else: budget.deep = True
             if k < n and (s[k].isalpha() or s[k] == '@') and re.search(r'\\[A-Za-z@]+$', body): body += ' '
-            budget[0] -= len(body)
-            if budget[0] < 0: raise _ExpansionOverflow()
+            budget.spend(body)
             out.append(s[pos:m.start()]); out.append(body); pos = k
         if not out: return s
         out.append(s[pos:])
         return ''.join(out)
-    try: res = exp(text, 0)
+    return exp
+
+# %% ../nbs/02a_macros.ipynb #8e0138b7
+def _expand(text, macros, max_depth=10, max_growth=4.0, envs=None):
+    "Expand safe `macros` (and environment macros `envs`) in `text`; returns `(text, warnings)`."
+    usable = {n: m for n, m in macros.items() if m.safe}
+    uenvs = {n: e for n, e in (envs or {}).items() if e.safe}
+    if (not usable and not uenvs) or '\\' not in text: return text, []
+    budget, warnings = _Budget(int(len(text) * max_growth) + 200_000, max_depth), []
+    if uenvs:
+        try: text = _env_expander(uenvs, budget)(text, 0)
+        except (_ExpansionOverflow, RecursionError):
+            warnings.append('environment macro expansion too large or deep; environments left unexpanded')
+        if not usable: return text, warnings
+    try: res = _macro_expander(usable, budget)(text, 0)
     except _ExpansionOverflow:
         return text, warnings + [f'macro expansion would grow the text beyond {max_growth}x; macros left unexpanded']
     except RecursionError:
         return text, warnings + ['macro expansion too deeply nested; macros left unexpanded']
-    if deep[0]: warnings.append(f'macro expansion stopped at depth {max_depth}')
+    if budget.deep: warnings.append(f'macro expansion stopped at depth {max_depth}')
     return res, warnings
 
 # %% ../nbs/02a_macros.ipynb #efb8c6fe

@@ -248,94 +248,126 @@ class _Rewriter:
     def __init__(self, math='keep', headings='sections'):
         self.math, self.headings = math, headings
 
-# %% ../nbs/03c_minimal.ipynb #b8ff5b95
+# %% ../nbs/03c_minimal.ipynb #10d6dbe4
+class _MathState:
+    "Scanning state of `math_body` over formula `m`."
+    def __init__(self, m: str, display: bool):
+        self.m, self.n, self.display = m, len(m), display
+        self.lr_ok, self.pairs = _lr_ok(m), _env_pairs(m)
+        self.out, self.depth, self.env_depth, self.multi = [], 0, 0, False
+
+def _math_char(st: _MathState, i: int) -> int:
+    "Rewrite the character `st.m[i]` (not a backslash); returns where to go on."
+    c, out = st.m[i], st.out
+    if c == '{': st.depth += 1; out.append(c)
+    elif c == '}':
+        if st.depth > 0: st.depth -= 1; out.append(c)
+    elif c == '&':
+        if st.env_depth > 0: out.append('&')
+        elif st.display and st.depth == 0: out.append('&'); st.multi = True
+        else: out.append(' ')
+    elif c in '#$': pass
+    elif c == '^' and st.m.startswith('^^', i): out.append('^'); return i + 2
+    elif c == '%': out.append(r'\%')
+    elif c == '\n': out.append(' ' if not out or out[-1] != ' ' else '')
+    elif ' ' <= c < '\x7f' or c == '\t': out.append(c)
+    elif ord(c) < 32 or 0x7f <= ord(c) < 0xa0: pass
+    else: out.append(_uni_math(c))
+    return i + 1
+
+# %% ../nbs/03c_minimal.ipynb #21581aad
+def _math_symbol(st: _MathState, name: str, j: int) -> int:
+    "The control symbol `\\name` (one non-letter, or `\\\\`) ending at `j`."
+    out = st.out
+    if name == '\\':
+        _, j = read_opt(st.m, j, limit=30, nested=False)
+        if st.env_depth > 0: out.append(r'\\ ')
+        elif st.display and st.depth == 0: out.append(r'\\ '); st.multi = True
+        else: out.append(' ')
+        return j
+    if name in '{}|,;:! %&#_$>': out.append('\\' + name if name != '>' else r'\:')
+    return j
+
+def _math_env(st: _MathState, name: str, i: int, j: int) -> int:
+    "`\\begin{env}`/`\\end{env}` at `i` (`name` ends at `j`): kept when it pairs up, else dropped."
+    m, out = st.m, st.out
+    g, k = read_group(m, j)
+    if g is None: return j
+    env = g.strip()
+    if i in st.pairs:
+        tgt = _INNER_MATH_ENVS[env]
+        out.append(f'\\{name}{{{tgt}}}')
+        if name == 'begin':
+            st.env_depth += 1
+            k = _skip_opts(m, k)
+            if tgt in _INNER_ENV_ARGS:
+                a, k2 = read_group(m, k)
+                if a is not None: k = k2
+                out.append('{' + _column_spec(a or '', tgt) + '}')
+        else: st.env_depth -= 1
+    elif name == 'begin':
+        k = _skip_opts(m, k)
+        for _ in range(_ENV_ARGS.get(env, 0)):
+            _, k = read_group(m, k)
+    return k
+
+# %% ../nbs/03c_minimal.ipynb #2cf5d339
+_MATH_TEXT_CMDS = frozenset('''text mbox hbox textrm textup textnormal textit textbf emph textsf texttt textsc
+intertext shortintertext textsl'''.split())
+_MATH_DROP = frozenset('''label tag ref eqref hspace vspace color cite citep citet hypertarget nonumber notag
+displaybreak allowdisplaybreaks hfill qedhere'''.split())
+_MATH_DROP_BARE = frozenset('nonumber notag displaybreak allowdisplaybreaks hfill qedhere'.split())   # no argument
+
+@patch
+def _math_words(self:_Rewriter, st: _MathState, name: str, j: int):
+    "Text commands, `\\operatorname` and dropped commands at `j`: where to go on, or None for any other command."
+    m, n, out = st.m, st.n, st.out
+    if name in _MATH_TEXT_CMDS:
+        g, k = read_group(m, j)
+        if g is None: return j
+        inner = _Rewriter(self.math, 'inline').text(g, in_math_text=True)
+        style = {'textbf': r'\textbf', 'textit': r'\textit', 'emph': r'\emph'}.get(name, r'\text')
+        out.append(f'{style}{{{inner}}}'); return k
+    if name == 'operatorname':
+        if j < n and m[j] == '*': j += 1
+        g, k = read_group(m, j)
+        if g is None: return j
+        out.append(r'\operatorname{' + self.math_body(g, False)[0] + '}'); return k
+    if name in _MATH_DROP:
+        k = j
+        if k < n and m[k] == '*': k += 1
+        k = _skip_opts(m, k)
+        if name not in _MATH_DROP_BARE: _, k = read_group(m, k)
+        return k
+    if name in ('textcolor', 'colorbox'):
+        _, k = read_group(m, j); return k       # drop the colour, keep the argument that follows
+    return None
+
+# %% ../nbs/03c_minimal.ipynb #dc7de15d
+@patch
+def _math_cs(self:_Rewriter, st: _MathState, i: int) -> int:
+    "The control sequence at `st.m[i]`; returns where to go on."
+    m, n, out = st.m, st.n, st.out
+    name, j = read_cs(m, i)
+    if name == '\\' or (len(name) == 1 and not name.isalpha()): return _math_symbol(st, name, j)
+    if name in ('begin', 'end'): return _math_env(st, name, i, j)
+    if name in ('left', 'right', 'middle') and not st.lr_ok: return j
+    k = self._math_words(st, name, j)
+    if k is not None: return k
+    if name in MATH_COMMANDS: out.append('\\' + name + ' '); return j
+    k = skip_ws(m, j)                        # unknown macro: an empty group keeps argument counts right
+    if k < n and m[k] == '{': out.append('{}'); return j   # `\vect{x}` -> `{}{x}`
+    out.append(r'{\mathrm{' + name + '}}' if name else ''); return j
+
 @patch
 def math_body(self:_Rewriter, m: str, display: bool) -> tuple:
     "Sanitized math `m`; returns `(latex, multiline)` where multiline means top-level `&` or `\\\\`."
-    lr_ok, pairs = _lr_ok(m), _env_pairs(m)
-    out, i, n, depth, env_depth, multi = [], 0, len(m), 0, 0, False
-    while i < n:
-        c = m[i]
-        if c == '\\':
-            name, j = read_cs(m, i)
-            if name == '\\':
-                _, j = read_opt(m, j, limit=30, nested=False)
-                if env_depth > 0: out.append(r'\\ ')
-                elif display and depth == 0: out.append(r'\\ '); multi = True
-                else: out.append(' ')
-                i = j; continue
-            if len(name) == 1 and not name.isalpha():
-                if name in '{}|,;:! %&#_$>': out.append('\\' + name if name != '>' else r'\:')
-                i = j; continue
-            if name in ('begin', 'end'):
-                g, k = read_group(m, j)
-                if g is None: i = j; continue
-                env = g.strip()
-                if i in pairs:
-                    tgt = _INNER_MATH_ENVS[env]
-                    out.append(f'\\{name}{{{tgt}}}')
-                    if name == 'begin':
-                        env_depth += 1
-                        k = _skip_opts(m, k)
-                        if tgt in _INNER_ENV_ARGS:
-                            a, k2 = read_group(m, k)
-                            if a is not None: k = k2
-                            out.append('{' + _column_spec(a or '', tgt) + '}')
-                    else: env_depth -= 1
-                elif name == 'begin':
-                    k = _skip_opts(m, k)
-                    for _ in range(_ENV_ARGS.get(env, 0)):
-                        _, k = read_group(m, k)
-                i = k; continue
-            if name in ('left', 'right', 'middle') and not lr_ok: i = j; continue
-            if name in ('text', 'mbox', 'hbox', 'textrm', 'textup', 'textnormal', 'textit', 'textbf', 'emph',
-                        'textsf', 'texttt', 'textsc', 'intertext', 'shortintertext', 'textsl'):
-                g, k = read_group(m, j)
-                if g is not None:
-                    inner = _Rewriter(self.math, 'inline').text(g, in_math_text=True)
-                    style = {'textbf': r'\textbf', 'textit': r'\textit', 'emph': r'\emph'}.get(name, r'\text')
-                    out.append(f'{style}{{{inner}}}')
-                    i = k; continue
-                i = j; continue
-            if name == 'operatorname':
-                if j < n and m[j] == '*': j += 1
-                g, k = read_group(m, j)
-                if g is not None:
-                    out.append(r'\operatorname{' + self.math_body(g, False)[0] + '}'); i = k; continue
-                i = j; continue
-            if name in ('label', 'tag', 'ref', 'eqref', 'hspace', 'vspace', 'color', 'cite', 'citep', 'citet',
-                        'hypertarget', 'nonumber', 'notag', 'displaybreak', 'allowdisplaybreaks', 'hfill', 'qedhere'):
-                k = j
-                if k < n and m[k] == '*': k += 1
-                k = _skip_opts(m, k)
-                if name not in ('nonumber', 'notag', 'displaybreak', 'allowdisplaybreaks', 'hfill', 'qedhere'):
-                    _, k = read_group(m, k)
-                i = k; continue
-            if name in ('textcolor', 'colorbox'):
-                _, k = read_group(m, j); i = k; continue     # drop the colour, keep the argument that follows
-            if name in MATH_COMMANDS:
-                out.append('\\' + name + ' '); i = j; continue
-            k = skip_ws(m, j)                        # unknown macro: an empty group keeps argument counts right
-            if k < n and m[k] == '{': out.append('{}'); i = j; continue   # `\vect{x}` -> `{}{x}`
-            out.append(r'{\mathrm{' + name + '}}' if name else ''); i = j; continue
-        if c == '{': depth += 1; out.append(c)
-        elif c == '}':
-            if depth > 0: depth -= 1; out.append(c)
-        elif c == '&':
-            if env_depth > 0: out.append('&')
-            elif display and depth == 0: out.append('&'); multi = True
-            else: out.append(' ')
-        elif c in '#$': pass
-        elif c == '^' and m.startswith('^^', i): out.append('^'); i += 2; continue
-        elif c == '%': out.append(r'\%')
-        elif c == '\n': out.append(' ' if not out or out[-1] != ' ' else '')
-        elif ' ' <= c < '\x7f' or c == '\t': out.append(c)
-        elif ord(c) < 32 or 0x7f <= ord(c) < 0xa0: pass
-        else: out.append(_uni_math(c))
-        i += 1
-    out.append('}' * depth)
-    if env_depth > 0: return self.math_body(re.sub(r'\\(begin|end)\s*\{[^}]*\}', ' ', m), display)
-    return ''.join(out), multi
+    st, i = _MathState(m, display), 0
+    while i < st.n:
+        i = self._math_cs(st, i) if m[i] == '\\' else _math_char(st, i)
+    st.out.append('}' * st.depth)
+    if st.env_depth > 0: return self.math_body(re.sub(r'\\(begin|end)\s*\{[^}]*\}', ' ', m), display)
+    return ''.join(st.out), st.multi
 
 # %% ../nbs/03c_minimal.ipynb #dbb541be
 @patch
@@ -349,130 +381,173 @@ def emit_math(self:_Rewriter, m: str, display: bool) -> str:
     if multi: return '\n\\begin{align*}\n' + body + '\n\\end{align*}\n'
     return '\n\\[ ' + body + ' \\]\n'
 
-# %% ../nbs/03c_minimal.ipynb #9b818788
+# %% ../nbs/03c_minimal.ipynb #312b6771
+def _text_char(c: str, tabular: bool, inline: bool) -> str:
+    "How the text character `c` (not `\\`, `$`, `{`, `}`) is written; `inline`: inside a heading or math text."
+    if c == '&': return r' \quad ' if tabular else r'\&'
+    if c in '#_^%<>|"': return _ESC[c]
+    if c == '~': return '~'
+    if c == '\n' and inline: return ' '
+    if c in '\n\t' or ' ' <= c < '\x7f': return c
+    if ord(c) < 32 or 0x7f <= ord(c) < 0xa0: return ''
+    return _uni_text(c)
+
+# %% ../nbs/03c_minimal.ipynb #4cfbc838
+@patch
+def _text_symbol(self:_Rewriter, s, j, name, out, in_math_text, heading) -> int:
+    "The control symbol `\\name` ending at `j`; returns where to go on."
+    n = len(s)
+    if name == '\\':
+        if j < n and s[j] == '*': j += 1
+        _, j = read_opt(s, j, limit=30, nested=False)
+        out.append(' ' if heading or in_math_text else '\n\n')
+    elif name in ('(', '['):
+        close = '\\)' if name == '(' else '\\]'
+        e = _find_math_close(s, j, close)
+        if e < 0 or in_math_text: return j
+        out.append(self.emit_math(s[j:e], display=name == '[' and not heading)); return e + 2
+    elif name in ')]': pass
+    elif name in '%&#_{}$,/-@ ': out.append('\\' + name if name not in '@' else '')
+    elif name in ';:!': out.append(' ' if name != '!' else '')
+    elif name in _ACCENT_SYMBOLS: return self._accent(s, j, name, out)
+    return j
+
+# %% ../nbs/03c_minimal.ipynb #638864fd
+@patch
+def _text_markup(self:_Rewriter, s, i, j, name, out, in_math_text, heading, env_stack):
+    "Headings, styles, symbols, paragraph breaks and `\\item` at `i` (`name` ends at `j`), or None."
+    n = len(s)
+    if name in _HEADINGS:
+        k = j + 1 if j < n and s[j] == '*' else j
+        k = _skip_opts(s, k)
+        g, k = read_group(s, k)
+        if g is None: return k
+        t = self.text(g, heading=True).strip()
+        if heading or in_math_text: out.append(' ' + t + ' ')
+        elif self.headings == 'inline': out.append(f'\n\n\\textbf{{{t}}}\n\n')
+        else: out.append(f'\n\n\\{_HEADINGS[name]}*{{{t}}}\n\n')
+        return k
+    if name in _TEXT_STYLES:
+        g, k = read_group(s, j)
+        if g is None: return j
+        out.append(f'\\{name}{{{self.text(g, in_math_text, True, env_stack)}}}'); return k
+    sp = ' ' if j > i + 1 + len(name) else ''     # spaces the control word swallowed
+    if name in _TEXT_SYMBOLS:
+        out.append('\\' + name + '{}' + sp); return j
+    if name in ('par', 'newline', 'linebreak', 'smallskip', 'medskip', 'bigskip'):
+        out.append(' ' if heading or in_math_text else '\n\n'); return j
+    if name == 'item':
+        o, k = read_opt(s, j, limit=400, nested=False)
+        lab = self.text(o, heading=True) + ' ' if o is not None else ''
+        out.append(' ' if heading or in_math_text else f'\n\n\\textbullet{{}} {lab}'); return k
+    return None
+
+@patch
+def _text_notes(self:_Rewriter, s, j, name, out, in_math_text, env_stack):
+    "Footnotes, URLs and inline verbatim (`name` ends at `j`), or None."
+    n = len(s)
+    if name in ('footnote', 'footnotetext', 'marginpar'):
+        k = _skip_opts(s, j); g, k = read_group(s, k)
+        if g is not None: out.append(' (' + self.text(g, in_math_text, True, env_stack).strip() + ')')
+        return k
+    if name in ('url', 'nolinkurl', 'path'):
+        g, k = read_group(s, j)
+        if g is not None: out.append(r'\texttt{' + escape_text(g) + '}')
+        return k
+    if name in ('verb', 'lstinline'):
+        k = _skip_opts(s, j + (1 if j < n and s[j] == '*' else 0))
+        if k < n:
+            d = '}' if s[k] == '{' else s[k]
+            e = s.find(d, k + 1)
+            if e > 0 and '\n' not in s[k + 1:e]:
+                out.append(r'\texttt{' + escape_text(s[k + 1:e]) + '}'); return e + 1
+        return j
+    return None
+
+# %% ../nbs/03c_minimal.ipynb #d39752fb
+def _skip_definition(s, j, name):
+    "End of the definition made by `\\name` (its name ends at `j`), or None when `name` defines nothing."
+    n = len(s)
+    if name in _TEX_DEFS:
+        k = j
+        if k < n and s[k] == '\\': _, k = read_cs(s, k)
+        b = s.find('{', k)
+        e = match_brace(s, b) + 1 if 0 <= b < k + 60 else -1
+        return e if e > 0 else k
+    if name in _DEFINERS:
+        k = j + 1 if j < n and s[j] == '*' else j
+        k = skip_ws(s, k)
+        if k < n and s[k] == '\\': _, k = read_cs(s, k)
+        else: _, k = read_group(s, k)
+        k = _skip_opts(s, k)
+        for _ in range(2 if name.endswith('environment') else 1):
+            _, k = read_group(s, k)
+        return k
+    if name in ('let', 'futurelet'):
+        k = j
+        for _ in range(2):
+            k = skip_ws(s, k)
+            if k < n and s[k] == '=': k = skip_ws(s, k + 1)
+            if k < n and s[k] == '\\': _, k = read_cs(s, k)
+            elif k < n: k += 1
+        return k
+    return None
+
+@patch
+def _text_args(self:_Rewriter, s, j, name, out, in_math_text, heading, env_stack) -> int:
+    "A command of `_ARGS` (its name ends at `j`): drops its first brace arguments, keeps the next as text."
+    n = len(s)
+    drop, keep = _ARGS[name]
+    k = j + 1 if j < n and s[j] == '*' else j
+    k = _skip_opts(s, k)
+    for _ in range(drop):
+        _, k = read_group(s, k); k = _skip_opts(s, k)
+    for _ in range(keep):
+        g, k2 = read_group(s, k)
+        if g is None: break
+        out.append(' ' + self.text(g, in_math_text, heading, env_stack) + ' '); k = k2
+    return k
+
+# %% ../nbs/03c_minimal.ipynb #e03827df
+@patch
+def _text_cs(self:_Rewriter, s, i, out, in_math_text, heading, env_stack) -> int:
+    "The control sequence at `s[i]`; returns where to go on."
+    n = len(s)
+    name, j = read_cs(s, i)
+    if name == '': return j
+    if len(name) == 1 and not name.isalpha(): return self._text_symbol(s, j, name, out, in_math_text, heading)
+    if name in _ACCENT_LETTERS and (j < n and (s[j] == '{' or s[j].isalpha())): return self._accent(s, j, name, out)
+    if name == 'begin': return self._env(s, j, out, in_math_text, heading, env_stack)
+    if name == 'end': return read_group(s, j)[1]
+    k = self._text_markup(s, i, j, name, out, in_math_text, heading, env_stack)
+    if k is None: k = self._text_notes(s, j, name, out, in_math_text, env_stack)
+    if k is None: k = _skip_definition(s, j, name)
+    if k is None and name in _ARGS: k = self._text_args(s, j, name, out, in_math_text, heading, env_stack)
+    if k is not None: return k
+    out.append(' ' if j > i + 1 + len(name) else ''); return j   # unknown command: dropped, its arguments stay as text
+
+@patch
+def _text_dollar(self:_Rewriter, s, i, out, in_math_text, heading) -> int:
+    "Math opened by `$` or `$$` at `i`, or a literal dollar when it is not closed."
+    if s.startswith('$$', i):
+        e = _find_math_close(s, i + 2, '$$')
+        if e >= 0: out.append(self.emit_math(s[i + 2:e], display=not (heading or in_math_text))); return e + 2
+    else:
+        e = _find_math_close(s, i + 1, '$')
+        if e >= 0: out.append(self.emit_math(s[i + 1:e], display=False)); return e + 1
+    out.append(r'\$'); return i + 1
+
 @patch
 def text(self:_Rewriter, s: str, in_math_text: bool = False, heading: bool = False, env_stack=()) -> str:
+    "Paper LaTeX `s` rewritten for the template (`heading`/`in_math_text`: inline, no paragraph breaks)."
     out, i, n = [], 0, len(s)
     tabular = any(e in _TABULAR_ENVS for e in env_stack)
     while i < n:
         c = s[i]
-        if c == '\\':
-            name, j = read_cs(s, i)
-            if name == '':
-                i = j; continue
-            if len(name) == 1 and not name.isalpha():
-                if name == '\\':
-                    if j < n and s[j] == '*': j += 1
-                    _, j = read_opt(s, j, limit=30, nested=False)
-                    out.append(' ' if heading or in_math_text else '\n\n')
-                elif name in ('(', '['):
-                    close = '\\)' if name == '(' else '\\]'
-                    e = _find_math_close(s, j, close)
-                    if e < 0 or in_math_text: i = j; continue
-                    out.append(self.emit_math(s[j:e], display=name == '[' and not heading)); i = e + 2; continue
-                elif name in ')]': pass
-                elif name in '%&#_{}$,/-@ ': out.append('\\' + name if name not in '@' else '')
-                elif name in ';:!': out.append(' ' if name != '!' else '')
-                elif name in _ACCENT_SYMBOLS:
-                    i = self._accent(s, j, name, out); continue
-                i = j; continue
-            if name in _ACCENT_LETTERS and (j < n and (s[j] == '{' or s[j].isalpha())):
-                i = self._accent(s, j, name, out); continue
-            if name == 'begin':
-                i = self._env(s, j, out, in_math_text, heading, env_stack); continue
-            if name == 'end':
-                _, i = read_group(s, j); continue
-            if name in _HEADINGS:
-                k = j + 1 if j < n and s[j] == '*' else j
-                k = _skip_opts(s, k)
-                g, k = read_group(s, k)
-                if g is None: i = k; continue
-                t = self.text(g, heading=True).strip()
-                if heading or in_math_text: out.append(' ' + t + ' ')
-                elif self.headings == 'inline': out.append(f'\n\n\\textbf{{{t}}}\n\n')
-                else: out.append(f'\n\n\\{_HEADINGS[name]}*{{{t}}}\n\n')
-                i = k; continue
-            if name in _TEXT_STYLES:
-                g, k = read_group(s, j)
-                if g is None: i = j; continue
-                out.append(f'\\{name}{{{self.text(g, in_math_text, True, env_stack)}}}'); i = k; continue
-            sp = ' ' if j > i + 1 + len(name) else ''     # spaces the control word swallowed
-            if name in _TEXT_SYMBOLS:
-                out.append('\\' + name + '{}' + sp); i = j; continue
-            if name in ('par', 'newline', 'linebreak', 'smallskip', 'medskip', 'bigskip'):
-                out.append(' ' if heading or in_math_text else '\n\n'); i = j; continue
-            if name == 'item':
-                o, k = read_opt(s, j, limit=400, nested=False)
-                lab = self.text(o, heading=True) + ' ' if o is not None else ''
-                out.append(' ' if heading or in_math_text else f'\n\n\\textbullet{{}} {lab}'); i = k; continue
-            if name in ('footnote', 'footnotetext', 'marginpar'):
-                k = _skip_opts(s, j); g, k = read_group(s, k)
-                if g is not None: out.append(' (' + self.text(g, in_math_text, True, env_stack).strip() + ')')
-                i = k; continue
-            if name in ('url', 'nolinkurl', 'path'):
-                g, k = read_group(s, j)
-                if g is not None: out.append(r'\texttt{' + escape_text(g) + '}')
-                i = k; continue
-            if name in ('verb', 'lstinline'):
-                k = _skip_opts(s, j + (1 if j < n and s[j] == '*' else 0))
-                if k < n:
-                    d = '}' if s[k] == '{' else s[k]
-                    e = s.find(d, k + 1)
-                    if e > 0 and '\n' not in s[k + 1:e]:
-                        out.append(r'\texttt{' + escape_text(s[k + 1:e]) + '}'); i = e + 1; continue
-                i = j; continue
-            if name in _TEX_DEFS:
-                k = j
-                if k < n and s[k] == '\\': _, k = read_cs(s, k)
-                b = s.find('{', k)
-                e = match_brace(s, b) + 1 if 0 <= b < k + 60 else -1
-                i = e if e > 0 else k; continue
-            if name in _DEFINERS:
-                k = j + 1 if j < n and s[j] == '*' else j
-                k = skip_ws(s, k)
-                if k < n and s[k] == '\\': _, k = read_cs(s, k)
-                else: _, k = read_group(s, k)
-                k = _skip_opts(s, k)
-                for _ in range(2 if name.endswith('environment') else 1):
-                    _, k = read_group(s, k)
-                i = k; continue
-            if name in ('let', 'futurelet'):
-                k = j
-                for _ in range(2):
-                    k = skip_ws(s, k)
-                    if k < n and s[k] == '=': k = skip_ws(s, k + 1)
-                    if k < n and s[k] == '\\': _, k = read_cs(s, k)
-                    elif k < n: k += 1
-                i = k; continue
-            if name in _ARGS:
-                drop, keep = _ARGS[name]
-                k = j + 1 if j < n and s[j] == '*' else j
-                k = _skip_opts(s, k)
-                for _ in range(drop):
-                    _, k = read_group(s, k); k = _skip_opts(s, k)
-                for _ in range(keep):
-                    g, k2 = read_group(s, k)
-                    if g is None: break
-                    out.append(' ' + self.text(g, in_math_text, heading, env_stack) + ' '); k = k2
-                i = k; continue
-            out.append(sp); i = j; continue           # unknown command: dropped, its arguments stay as text
-        if c == '$':
-            if s.startswith('$$', i):
-                e = _find_math_close(s, i + 2, '$$')
-                if e >= 0: out.append(self.emit_math(s[i + 2:e], display=not (heading or in_math_text))); i = e + 2; continue
-            else:
-                e = _find_math_close(s, i + 1, '$')
-                if e >= 0: out.append(self.emit_math(s[i + 1:e], display=False)); i = e + 1; continue
-            out.append(r'\$'); i += 1; continue
-        if c in '{}': i += 1; continue
-        if c == '&': out.append(r' \quad ' if tabular else r'\&')
-        elif c in '#_^%<>|"': out.append(_ESC[c])
-        elif c == '~': out.append('~')
-        elif c == '\n' and (heading or in_math_text): out.append(' ')
-        elif c in '\n\t' or ' ' <= c < '\x7f': out.append(c)
-        elif ord(c) < 32 or 0x7f <= ord(c) < 0xa0: pass
-        else: out.append(_uni_text(c))
-        i += 1
+        if c == '\\': i = self._text_cs(s, i, out, in_math_text, heading, env_stack)
+        elif c == '$': i = self._text_dollar(s, i, out, in_math_text, heading)
+        elif c in '{}': i += 1
+        else: out.append(_text_char(c, tabular, heading or in_math_text)); i += 1
     return ''.join(out)
 
 # %% ../nbs/03c_minimal.ipynb #51f72496

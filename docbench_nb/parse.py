@@ -97,11 +97,9 @@ def _paragraphs(text, blocks, sec_starts):
 def _messages(counter):
     return [w if c == 1 else f'{w} (x{c})' for w, c in counter.items()]
 
-# %% ../nbs/02_parse.ipynb #a53961b2
-def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=None, strip=True) -> Paper:
-    "Parse one flattened LaTeX document `text` into a `Paper` (comments stripped first unless `strip=False`); images resolved under `root`."
-    t0 = time.perf_counter()
-    warnings = list(warnings)
+# %% ../nbs/02_parse.ipynb #f7d544bb
+def _expanded_source(text, strip, warnings):
+    "`(text, preamble, body, macros, envs, verbatim_envs)`: `text` prepared, split and macro-expanded (warnings appended)."
     text = _prepare(text)
     if strip: text = strip_comments(text)
     bd = document_bounds(text)
@@ -115,32 +113,20 @@ def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=
     pre_x, w1 = _expand(_strip_defs(pre, dpre), macros, envs=envs)
     body_x, w2 = _expand(_strip_defs(body, dbody), macros, envs=envs)
     warnings += list(dict.fromkeys(w1 + w2))
-    t1 = time.perf_counter()
+    return text, pre_x, body_x, macros, envs, verb
 
-    cl = _Cleaner(body_x, verbatim=verb)
-    cl.run(0, len(body_x))
-    out, fin = _normalize(''.join(cl.out))
-    t2 = time.perf_counter()
-    warnings += _messages(cl.warns)
-
-    full_x = pre_x + '\n' + body_x
-    title, title_source = _find_title(full_x, body_x, macros)
-    if not title: warnings.append('no title found')
-    abstract = _find_abstract(full_x)
-
-    # sections
-    heads = [(fin(a), fin(b), t, lv) for a, b, t, lv in cl.sections]
-    sections = []
+# %% ../nbs/02_parse.ipynb #c1f9a5f0
+def _sections(heads, n):
+    "`Section`s from headings `(start, end, title, level)` in a text of length `n`."
+    out = []
     for i, (a, hb, t, lv) in enumerate(heads):
-        e = next((x[0] for x in heads[i + 1:] if x[3] <= lv), len(out))
-        sections.append(Section(t, lv, (a, e)))
-    # floats
-    main_dir = os.path.dirname(main_file or '')
-    resolver = ImageResolver(root, main_dir, graphics_paths(full_x),
-                             extra_dirs=[os.path.dirname(f) for f in (timings or {}).get('_files', [])])
+        e = next((x[0] for x in heads[i + 1:] if x[3] <= lv), n)
+        out.append(Section(t, lv, (a, e)))
+    return out
+
+def _floats(cl, fin, resolver):
+    "`(figures, tables, labels)` from the cleaner's floats; `labels`: key -> `(kind, index)`."
     figures, tables, labels = [], [], {}
-    n_found = n_search = n_exist = 0
-    missing = []
     for f in sorted(cl.floats, key=lambda f: f.start):
         span = (fin(f.start), fin(f.end))
         caption = ' '.join(f.captions) if f.captions else ' '.join(f.subcaptions)
@@ -157,6 +143,13 @@ def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=
             rec, kind, lst = Table(label, caption, f.rows, span, [], f.env), 'table', tables
         for key in ([label] if label else []) + sub: labels.setdefault(key, (kind, len(lst)))
         lst.append(rec)
+    return figures, tables, labels
+
+# %% ../nbs/02_parse.ipynb #c65245c5
+def _image_counts(cl, resolver, root, warnings):
+    "`(n_existing, n_resolved, n_by_search)` over all `\\includegraphics`; a warning lists the files not found."
+    n_found = n_search = n_exist = 0
+    missing = []
     for name, _, _ in cl.images:
         r, how = resolver.resolve(name)
         if r:
@@ -166,7 +159,10 @@ def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=
             n_exist += bool(resolver.candidates(name))
     if missing and root is not None:
         warnings.append(f'{len(missing)} figure file(s) not found: ' + ', '.join(missing[:5]) + (' ...' if len(missing) > 5 else ''))
-    # references -> sentences
+    return n_exist, n_found, n_search
+
+def _link_refs(cl, fin, out, labels, figures, tables):
+    "Add to each float the sentences of `out` referring to it; returns `(known_labels, n_unresolved, n_refs_to_floats)`."
     known = set(labels) | {k for _, k in cl.other_labels} | {k for q in cl.equations for k in q['labels']}
     cache, n_unres, n_float_refs = {}, 0, 0
     for pos, keys in cl.refs:
@@ -178,22 +174,52 @@ def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=
             if p not in cache: cache[p] = sentence_span(out, p)
             rec = (figures if tgt[0] == 'figure' else tables)[tgt[1]]
             if cache[p] not in rec.ref_spans: rec.ref_spans.append(cache[p])
+    return known, n_unres, n_float_refs
+
+# %% ../nbs/02_parse.ipynb #251ef2b8
+def _parse_meta(cl, title_source, images, known, macros, envs, text, timings, t):
+    "The `Paper.meta` counts; `images` from `_image_counts`, `known` from `_link_refs`, `t` the four step times."
+    n_exist, n_found, n_search = images
+    return {'title_source': title_source, 'n_includegraphics': len(cl.images),
+            'n_includegraphics_existing': n_exist, 'n_figure_files_resolved': n_found,
+            'n_images_found_by_search': n_search,
+            'n_images_outside_floats': sum(f is None for _, f, _ in cl.images),
+            'n_refs': sum(len(k) for _, k in cl.refs), 'n_refs_to_floats': known[2], 'n_refs_unresolved': known[1],
+            'n_labels': len(known[0]),
+            'n_macros': len(macros), 'n_macros_unsafe': sum(not m.safe for m in macros.values()),
+            'n_environment_macros': len(envs), 'n_environment_macros_unsafe': sum(not e.safe for e in envs.values()),
+            'n_chars_source': len(text),
+            'timings': {**{k: v for k, v in (timings or {}).items() if not k.startswith('_')},
+                        'macros_s': round(t[1] - t[0], 4), 'clean_s': round(t[2] - t[1], 4), 'assemble_s': round(t[3] - t[2], 4)}}
+
+def parse_text(text, id='inline', root=None, main_file='', warnings=(), timings=None, strip=True) -> Paper:
+    "Parse one flattened LaTeX document `text` into a `Paper` (comments stripped first unless `strip=False`); images resolved under `root`."
+    t0 = time.perf_counter()
+    warnings = list(warnings)
+    text, pre_x, body_x, macros, envs, verb = _expanded_source(text, strip, warnings)
+    t1 = time.perf_counter()
+    cl = _Cleaner(body_x, verbatim=verb)
+    cl.run(0, len(body_x))
+    out, fin = _normalize(''.join(cl.out))
+    t2 = time.perf_counter()
+    warnings += _messages(cl.warns)
+    full_x = pre_x + '\n' + body_x
+    title, title_source = _find_title(full_x, body_x, macros)
+    if not title: warnings.append('no title found')
+    abstract = _find_abstract(full_x)
+    heads = [(fin(a), fin(b), t, lv) for a, b, t, lv in cl.sections]
+    sections = _sections(heads, len(out))
+    resolver = ImageResolver(root, os.path.dirname(main_file or ''), graphics_paths(full_x),
+                             extra_dirs=[os.path.dirname(f) for f in (timings or {}).get('_files', [])])
+    figures, tables, labels = _floats(cl, fin, resolver)
+    images = _image_counts(cl, resolver, root, warnings)
+    known = _link_refs(cl, fin, out, labels, figures, tables)
     equations = [Equation(q['latex'], (fin(q['start']), fin(q['end'])), q['labels'][0] if q['labels'] else None, q['env'])
                  for q in sorted(cl.equations, key=lambda q: q['start'])]
     blocks = [r.span for r in figures + tables] + [(a, hb) for a, hb, _, _ in heads]
     paragraphs = _paragraphs(out, blocks, [a for a, _, _, _ in heads])
     t3 = time.perf_counter()
-    meta = {'title_source': title_source, 'n_includegraphics': len(cl.images),
-            'n_includegraphics_existing': n_exist, 'n_figure_files_resolved': n_found,
-            'n_images_found_by_search': n_search,
-            'n_images_outside_floats': sum(f is None for _, f, _ in cl.images),
-            'n_refs': sum(len(k) for _, k in cl.refs), 'n_refs_to_floats': n_float_refs, 'n_refs_unresolved': n_unres,
-            'n_labels': len(known),
-            'n_macros': len(macros), 'n_macros_unsafe': sum(not m.safe for m in macros.values()),
-            'n_environment_macros': len(envs), 'n_environment_macros_unsafe': sum(not e.safe for e in envs.values()),
-            'n_chars_source': len(text),
-            'timings': {**{k: v for k, v in (timings or {}).items() if not k.startswith('_')},
-                        'macros_s': round(t1 - t0, 4), 'clean_s': round(t2 - t1, 4), 'assemble_s': round(t3 - t2, 4)}}
+    meta = _parse_meta(cl, title_source, images, known, macros, envs, text, timings, (t0, t1, t2, t3))
     return Paper(id=str(id), title=title, abstract=abstract, main_file=main_file or '', text=out,
                  root='' if root is None else str(root), sections=sections, paragraphs=paragraphs, figures=figures,
                  tables=tables, equations=equations, warnings=warnings, meta=meta)

@@ -242,7 +242,66 @@ def _repair_and_compile(root: Path, main_file: str, log: str, out_dir, deadline:
         if pdf is not None: return pdf, log, notes, ''
     return stop(f'still no PDF after {max_repairs} repairs')
 
-# %% ../nbs/03a_render.ipynb #cfc856b3
+# %% ../nbs/03a_render.ipynb #1a46deaf
+def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixels, engine, max_pages, max_repairs) -> Path:
+    "The cache folder of one `render_paper` call."
+    ident = '\0'.join([RENDER_VERSION, tree_digest(root) if have_src else '-', paper.main_file or '',
+                       hashlib.sha256((paper.title + '\0' + paper.text).encode('utf-8', 'surrogatepass')).hexdigest(),
+                       str(max_pixels), engine, str(max_pages), str(max_repairs)])
+    return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
+
+def _store_render(d: Path, res: RenderResult, pdf) -> None:
+    "Keep the PDF and the result in cache folder `d` (the result file appears atomically)."
+    d.mkdir(parents=True, exist_ok=True)
+    res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
+    tmpf = d / f'.result-{os.getpid()}.json'
+    tmpf.write_text(json.dumps(res.to_dict())); os.replace(tmpf, d / 'result.json')
+
+# %% ../nbs/03a_render.ipynb #5d7d9dd0
+def _compile_own(root: Path, main_file: str, out_dir, timeout: float, engine: str, max_repairs: int, warns: list) -> tuple:
+    "Compile the paper's own LaTeX, repairing it if needed: `(pdf | None, log_tail, repairs)`; warnings appended to `warns`."
+    pdf, log_tail, repairs = None, '', []
+    try:
+        deadline = time.monotonic() + timeout              # the real compile and all repairs share `timeout`
+        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=timeout, engine=engine)
+        log_tail = log[-3000:]
+        errs = tex_errors(log)
+        if pdf is None:
+            why = 'timed out' if 'TIMEOUT' in log[-300:] else (errs[0] if errs else 'no PDF written')
+            warns.append(f'real compile failed: {why[:300]}')
+            if max_repairs > 0 and 'TIMEOUT' not in log[-300:] and _repairable(log):
+                pdf, rlog, repairs, stop = _repair_and_compile(root, main_file, log, out_dir, deadline, engine, max_repairs)
+                if rlog is not log: log_tail = rlog[-3000:]
+                if pdf is None: warns.append(f'repair stopped: {stop}')
+                else:
+                    warns.append(f"compiled after {len(repairs)} repair{'s' * (len(repairs) != 1)}: " + '; '.join(repairs)[:300])
+                    errs = tex_errors(rlog)
+                    if errs: warns.append(f'repaired compile had {len(errs)} TeX errors, first: {errs[0][:200]}')
+        elif errs: warns.append(f'compiled with {len(errs)} TeX errors, first: {errs[0][:200]}')
+    except RenderError as e: warns.append(f'real compile not attempted: {e}')
+    return pdf, log_tail, repairs
+
+# %% ../nbs/03a_render.ipynb #78c31d1a
+def _has_pages(pdf, warns: list) -> bool:
+    "Whether compiled `pdf` has at least one readable page."
+    try: return pdf_page_count(pdf) > 0
+    except AssetError as e: warns.append(f'compiled PDF is unreadable: {e}'); return False
+
+def _compile_fallback(paper: Paper, out_dir, timeout: float, warns: list) -> tuple:
+    "`(pdf | None, path)`: the paper's text typeset by the first `STRATEGIES` entry that compiles (`'fallback'`), else `'failed'`."
+    pdf = None
+    for strategy in STRATEGIES:
+        doc = minimal_document(paper.text, title=paper.title, strategy=strategy)
+        pdf, flog = compile_tex_string(doc, out_dir=out_dir, timeout=timeout)
+        if pdf is not None:
+            if strategy != 'keep-math': warns.append(f'fallback used strategy {strategy!r}')
+            n_err = len(tex_errors(flog))
+            if n_err: warns.append(f'fallback document had {n_err} TeX errors')
+            return pdf, 'fallback'
+        warns.append(f'fallback strategy {strategy!r} failed: {(tex_errors(flog) or ["no PDF"])[0][:200]}')
+    return pdf, 'failed'
+
+# %% ../nbs/03a_render.ipynb #23abd0dc
 def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 120,
                  engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
     "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`)."
@@ -251,10 +310,7 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
     cache = cache_root(cache_dir)
     root = Path(paper.root or '.')
     have_src = bool(paper.main_file) and (root / paper.main_file).is_file()
-    ident = '\0'.join([RENDER_VERSION, tree_digest(root) if have_src else '-', paper.main_file or '',
-                       hashlib.sha256((paper.title + '\0' + paper.text).encode('utf-8', 'surrogatepass')).hexdigest(),
-                       str(max_pixels), engine, str(max_pages), str(max_repairs)])
-    d = cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
+    d = _render_dir(cache, paper, root, have_src, max_pixels, engine, max_pages, max_repairs)
     hit = _load_cached(d)
     if hit: return hit
     warns, log_tail, pdf, repairs = [], '', None, []
@@ -262,54 +318,18 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
         return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed'], seconds=time.time() - t0)
     tmp_out = Path(tempfile.mkdtemp(prefix='docbench-render-'))
     try:
-        path = 'failed'
-        if have_src:
-            try:
-                deadline = time.monotonic() + timeout              # the real compile and all repairs share `timeout`
-                pdf, log = compile_latex(root, paper.main_file, out_dir=tmp_out, timeout=timeout, engine=engine)
-                log_tail = log[-3000:]
-                errs = tex_errors(log)
-                if pdf is None:
-                    why = 'timed out' if 'TIMEOUT' in log[-300:] else (errs[0] if errs else 'no PDF written')
-                    warns.append(f'real compile failed: {why[:300]}')
-                    if max_repairs > 0 and 'TIMEOUT' not in log[-300:] and _repairable(log):
-                        pdf, rlog, repairs, stop = _repair_and_compile(root, paper.main_file, log, tmp_out, deadline, engine, max_repairs)
-                        if rlog is not log: log_tail = rlog[-3000:]
-                        if pdf is None: warns.append(f'repair stopped: {stop}')
-                        else:
-                            warns.append(f"compiled after {len(repairs)} repair{'s' * (len(repairs) != 1)}: " + '; '.join(repairs)[:300])
-                            errs = tex_errors(rlog)
-                            if errs: warns.append(f'repaired compile had {len(errs)} TeX errors, first: {errs[0][:200]}')
-                elif errs: warns.append(f'compiled with {len(errs)} TeX errors, first: {errs[0][:200]}')
-            except RenderError as e: warns.append(f'real compile not attempted: {e}')
+        if have_src: pdf, log_tail, repairs = _compile_own(root, paper.main_file, tmp_out, timeout, engine, max_repairs, warns)
         else: warns.append(f'no main file in {root}: using the fallback')
-        if pdf is not None:
-            try: n_pages = pdf_page_count(pdf)
-            except AssetError as e: n_pages = 0; warns.append(f'compiled PDF is unreadable: {e}')
-        if pdf is not None and n_pages > 0: path = 'repaired' if repairs else 'compiled'
+        if pdf is not None and _has_pages(pdf, warns): path = 'repaired' if repairs else 'compiled'
         else:
             repairs = []
-            pdf = None
-            for strategy in STRATEGIES:
-                doc = minimal_document(paper.text, title=paper.title, strategy=strategy)
-                pdf, flog = compile_tex_string(doc, out_dir=tmp_out, timeout=timeout)
-                if pdf is not None:
-                    path = 'fallback'
-                    if strategy != 'keep-math': warns.append(f'fallback used strategy {strategy!r}')
-                    n_err = len(tex_errors(flog))
-                    if n_err: warns.append(f'fallback document had {n_err} TeX errors')
-                    break
-                warns.append(f'fallback strategy {strategy!r} failed: {(tex_errors(flog) or ["no PDF"])[0][:200]}')
+            pdf, path = _compile_fallback(paper, tmp_out, timeout, warns)
         pages = []
         if pdf is not None:
             try: pages = render_pages(pdf, max_pixels=max_pixels, last=max_pages, timeout=timeout, cache_dir=cache)
             except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
         res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs)
-        if path != 'failed':
-            d.mkdir(parents=True, exist_ok=True)
-            res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
-            tmpf = d / f'.result-{os.getpid()}.json'
-            tmpf.write_text(json.dumps(res.to_dict())); os.replace(tmpf, d / 'result.json')
+        if path != 'failed': _store_render(d, res, pdf)
         return res
     finally: shutil.rmtree(tmp_out, ignore_errors=True)
 
