@@ -81,7 +81,7 @@ def read_grid_config(path) -> dict:
     if bad: raise ValueError(f"{path}: unknown key(s) {bad}; known: {', '.join(GRID_KEYS)}")
     return d
 
-# %% ../nbs/16_cli.ipynb #1473ce19
+# %% ../nbs/16_cli.ipynb #258651f3
 def cmd_grid(args) -> int:
     from docbench_nb.experiment import grid
     cfg = read_grid_config(args.config) if args.config else {}
@@ -91,7 +91,7 @@ def cmd_grid(args) -> int:
     missing = [k for k in ('corpus', 'queries', 'out') if not cfg.get(k)]
     if not cfg.get('rows'): missing += [k for k in ('representations', 'retrievers') if not cfg.get(k)]
     if missing: raise ValueError(f"grid: missing {', '.join('--' + m.replace('_', '-') for m in missing)} (flags or --config)")
-    t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg['representations'], retrievers=cfg['retrievers'],
+    t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
              chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
              cache_dir=args.cache_dir, k=int(cfg.get('k') or 10), describer=cfg.get('describer'), redo=args.redo,
              progress=not args.quiet, log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))

@@ -115,7 +115,7 @@ def caption_threshold(n_caption_words: int, min_shared: int = 2, min_frac: float
     "Shared words needed to count as caption info: at least `min_shared`, and at least `min_frac` of the caption's informative words."
     return max(min_shared, math.ceil(min_frac * n_caption_words))
 
-# %% ../nbs/13_figrefs.ipynb #e005a2c2
+# %% ../nbs/13_figrefs.ipynb #24f73ffe
 def _best_unit(S_row, idx):
     j = int(np.argmax(S_row[idx])); return idx[j], float(S_row[idx[j]])
 
@@ -136,6 +136,39 @@ def _side_row(qid, side, paper, rank, units, idx, best, fig_i, how, window, min_
                 n_shared_own=len(shared_caption_words(u.text, f.caption)),
                 caption_info=len(shared) >= caption_threshold(n_cap, min_shared, min_frac))
 
+# %% ../nbs/13_figrefs.ipynb #7320c8cf
+def _figure_queries(by_id: dict, queries: list, levels) -> list:
+    "The figure queries at `levels`; ValueError when there are none or some have no gold paper in `by_id`."
+    figq = [q for q in queries if q.evidence_type == 'figure' and q.level in levels]
+    if not figq: raise ValueError(f"no figure queries at levels {tuple(levels)} among {len(queries)} queries")
+    unknown = [q.id for q in figq if not any(d in by_id for d in q.doc_ids)]
+    if unknown: raise ValueError(f"{len(unknown)} figure queries have no gold paper among the {len(by_id)} papers (e.g. {unknown[:3]})")
+    return figq
+
+def _query_cases(q, S_row, ranking, by_id, units, rows_of, depth, incorrect_figure, args) -> list:
+    "The 'correct' and the 'incorrect' row of figure query `q`, from its unit scores `S_row` and its run `ranking`."
+    rank_of = {d: r + 1 for r, d in enumerate(ranking)}
+    gold = next(d for d in q.doc_ids if d in by_id)
+    gp = by_id[gold]
+    fi, how = gold_figure(gp, q)
+    gold_caption = gp.figures[fi].caption if fi is not None else ''
+    if fi is None:
+        out = [dict(query_id=q.id, side='correct', doc_id=gold, rank=rank_of.get(gold),
+                    skipped='gold figure not found' if gp.figures else 'gold paper has no figures')]
+    else:
+        idx = rows_of[gold]; best, _ = _best_unit(S_row, idx)
+        out = [_side_row(q.id, 'correct', gp, rank_of.get(gold), units, idx, best, fi, how, *args, gold_caption)]
+    wrong = next((d for d in ranking if d not in q.doc_ids and by_id.get(d) is not None and by_id[d].figures), None)
+    if wrong is None:
+        out.append(dict(query_id=q.id, side='incorrect', skipped=f'no incorrect paper with figures in the top {depth}'))
+    else:
+        idx = rows_of[wrong]; best, _ = _best_unit(S_row, idx)
+        wfi = query_figure(by_id[wrong], q) if incorrect_figure == 'query' else None
+        out.append(_side_row(q.id, 'incorrect', by_id[wrong], rank_of[wrong], units, idx, best, wfi, incorrect_figure,
+                             *args, gold_caption))
+    return out
+
+# %% ../nbs/13_figrefs.ipynb #5106efab
 def figure_reference_cases(papers: Sequence[Paper], queries: Sequence[Query], retriever='bm25', chunk_size: int = 512,
                            tokenizer=None, window: int = 2, min_shared: int = 2, min_frac: float = 0.25,
                            incorrect_figure: str = 'query', levels=(0,), depth: int = 50, cache_dir=None,
@@ -144,10 +177,7 @@ def figure_reference_cases(papers: Sequence[Paper], queries: Sequence[Query], re
     if incorrect_figure not in ('query', 'nearest'): raise ValueError(f"incorrect_figure must be 'query' or 'nearest', got {incorrect_figure!r}")
     papers, queries = list(papers), list(queries)
     by_id = {p.id: p for p in papers}
-    figq = [q for q in queries if q.evidence_type == 'figure' and q.level in levels]
-    if not figq: raise ValueError(f"no figure queries at levels {tuple(levels)} among {len(queries)} queries")
-    unknown = [q.id for q in figq if not any(d in by_id for d in q.doc_ids)]
-    if unknown: raise ValueError(f"{len(unknown)} figure queries have no gold paper among the {len(papers)} papers (e.g. {unknown[:3]})")
+    figq = _figure_queries(by_id, queries, levels)
     ret = make_retriever(retriever, cache_dir=cache_dir) if isinstance(retriever, str) else retriever
     tok = tokenizer or ret.tokenizer or default_tokenizer()
     units = represent(papers, 'text', tok, chunk_size, progress=progress).units
@@ -156,28 +186,9 @@ def figure_reference_cases(papers: Sequence[Paper], queries: Sequence[Query], re
     S = unit_scores(ret, figq, units)
     rows_of = {}
     for i, u in enumerate(units): rows_of.setdefault(u.doc_id, []).append(i)
-    out, args = [], (window, min_shared, min_frac)
-    for qi, q in enumerate(figq):
-        ranking = trec_ranking(run.scores.get(q.id, {}))
-        rank_of = {d: r + 1 for r, d in enumerate(ranking)}
-        gold = next(d for d in q.doc_ids if d in by_id)
-        gp = by_id[gold]
-        fi, how = gold_figure(gp, q)
-        gold_caption = gp.figures[fi].caption if fi is not None else ''
-        if fi is None:
-            out.append(dict(query_id=q.id, side='correct', doc_id=gold, rank=rank_of.get(gold),
-                            skipped='gold figure not found' if gp.figures else 'gold paper has no figures'))
-        else:
-            idx = rows_of[gold]; best, _ = _best_unit(S[qi], idx)
-            out.append(_side_row(q.id, 'correct', gp, rank_of.get(gold), units, idx, best, fi, how, *args, gold_caption))
-        wrong = next((d for d in ranking if d not in q.doc_ids and by_id.get(d) is not None and by_id[d].figures), None)
-        if wrong is None:
-            out.append(dict(query_id=q.id, side='incorrect', skipped=f'no incorrect paper with figures in the top {depth}'))
-        else:
-            idx = rows_of[wrong]; best, _ = _best_unit(S[qi], idx)
-            wfi = query_figure(by_id[wrong], q) if incorrect_figure == 'query' else None
-            out.append(_side_row(q.id, 'incorrect', by_id[wrong], rank_of[wrong], units, idx, best, wfi, incorrect_figure,
-                                 *args, gold_caption))
+    out = [row for qi, q in enumerate(figq)
+           for row in _query_cases(q, S[qi], trec_ranking(run.scores.get(q.id, {})), by_id, units, rows_of, depth,
+                                   incorrect_figure, (window, min_shared, min_frac))]
     df = pd.DataFrame(out)
     if 'skipped' not in df: df['skipped'] = None
     df['skipped'] = df['skipped'].astype(object).where(df['skipped'].notna(), None)

@@ -50,7 +50,7 @@ def prose_fraction(text: str) -> float:
     n = sum(not c.isspace() for c in text)
     return float(prose_mask(text).sum() / n) if n else 0.0
 
-# %% ../nbs/12_scaling.ipynb #0141394d
+# %% ../nbs/12_scaling.ipynb #c1fdf304
 def _snap_start(offs, i, text, limit=8):
     "Move token index `i` left to the first token of its word (at most `limit` tokens)."
     for j in range(i, max(-1, i - limit - 1), -1):
@@ -64,6 +64,40 @@ def _snap_end(offs, e, text, limit=8):
         if j >= n or offs[j - 1][1] < offs[j][0]: return j
     return e
 
+# %% ../nbs/12_scaling.ipynb #2104ccc2
+def _base_start(paper, offs, text, base, top, stride, min_prose, seed):
+    "`(start token, prose share of each candidate start, symmetric starts, whether any start is prose enough)`."
+    n = len(offs)
+    mask = prose_mask(text, paper)
+    good = np.concatenate([[0], np.cumsum(mask)])
+    nonsp = np.concatenate([[0], np.cumsum([not c.isspace() for c in text])])
+    def prose(s):
+        a, b = offs[s][0], offs[s + base - 1][1]
+        return float((good[b] - good[a]) / max(1, nonsp[b] - nonsp[a]))
+    starts = list(range(0, n - base + 1, stride))
+    scores = dict(zip(starts, map(prose, starts)))
+    half = min(top, n) / 2                       # centres from which the largest window grows symmetrically
+    sym = [s for s in starts if half <= s + base / 2 <= n - half]
+    ok_sym = [s for s in sym if scores[s] >= min_prose]
+    ok = ok_sym or [s for s in starts if scores[s] >= min_prose]
+    rng = random.Random(f'{seed}:{paper.id}')
+    s0 = rng.choice(ok) if ok else max(starts, key=lambda s: (scores[s], s in sym))
+    return s0, scores, sym, bool(ok)
+
+def _nested_spans(offs, text, lengths, centre):
+    "`({length: (start, end) token span}, capped lengths)`: word-snapped windows around `centre`, each inside the next."
+    n = len(offs)
+    tok_spans, capped, prev = {}, [], None
+    for L in lengths:
+        if L > n: capped.append(L); s, e = 0, n
+        else:
+            s = int(round(centre - L / 2)); s = max(0, min(n - L, s)); e = s + L
+        s, e = _snap_start(offs, s, text), _snap_end(offs, e, text)
+        if prev: s, e = min(s, prev[0]), max(e, prev[1])       # nesting survives snapping
+        tok_spans[L] = prev = (s, e)
+    return tok_spans, capped
+
+# %% ../nbs/12_scaling.ipynb #1bcbbef2
 def context_windows(paper: Paper, tokenizer=None, lengths: Sequence[int] = (500, 1000, 4000, 8000), query_tokens: int = 100,
                     seed: int = 0, min_prose: float = 0.7, stride: int = 25, short: str = 'skip') -> Optional[dict]:
     """Nested windows of `paper.text` of `lengths` tokens around a prose base window (the smallest length), and a
@@ -80,29 +114,9 @@ def context_windows(paper: Paper, tokenizer=None, lengths: Sequence[int] = (500,
     n = len(offs)
     if n < base: return None                      # not even the base window: skipped under either policy
     if n < top and short == 'skip': return None
-    mask = prose_mask(text, paper)
-    good = np.concatenate([[0], np.cumsum(mask)])
-    nonsp = np.concatenate([[0], np.cumsum([not c.isspace() for c in text])])
-    def prose(s):
-        a, b = offs[s][0], offs[s + base - 1][1]
-        return float((good[b] - good[a]) / max(1, nonsp[b] - nonsp[a]))
-    starts = list(range(0, n - base + 1, stride))
-    scores = dict(zip(starts, map(prose, starts)))
-    half = min(top, n) / 2                       # centres from which the largest window grows symmetrically
-    sym = [s for s in starts if half <= s + base / 2 <= n - half]
-    ok_sym = [s for s in sym if scores[s] >= min_prose]
-    ok = ok_sym or [s for s in starts if scores[s] >= min_prose]
-    rng = random.Random(f'{seed}:{paper.id}')
-    s0 = rng.choice(ok) if ok else max(starts, key=lambda s: (scores[s], s in sym))
+    s0, scores, sym, ok = _base_start(paper, offs, text, base, top, stride, min_prose, seed)
     centre = s0 + base / 2
-    tok_spans, capped, prev = {}, [], None
-    for L in lengths:
-        if L > n: capped.append(L); s, e = 0, n
-        else:
-            s = int(round(centre - L / 2)); s = max(0, min(n - L, s)); e = s + L
-        s, e = _snap_start(offs, s, text), _snap_end(offs, e, text)
-        if prev: s, e = min(s, prev[0]), max(e, prev[1])       # nesting survives snapping
-        tok_spans[L] = prev = (s, e)
+    tok_spans, capped = _nested_spans(offs, text, lengths, centre)
     bs, be = tok_spans[base]
     qs = bs + (be - bs - query_tokens) // 2
     qs = max(bs, _snap_start(offs, qs, text)); qe = min(be, _snap_end(offs, qs + query_tokens, text))
@@ -110,7 +124,7 @@ def context_windows(paper: Paper, tokenizer=None, lengths: Sequence[int] = (500,
     qspan = (offs[qs][0], offs[qe - 1][1])
     return {'paper_id': paper.id, 'n_tokens': n, 'base_length': base, 'lengths': lengths, 'windows': chars,
             'token_spans': tok_spans, 'query_span': qspan, 'query_token_span': (qs, qe), 'query': text[qspan[0]:qspan[1]],
-            'prose': round(scores[s0], 3), 'prose_ok': bool(ok), 'symmetric': s0 in sym, 'capped': capped, 'seed': seed}
+            'prose': round(scores[s0], 3), 'prose_ok': ok, 'symmetric': s0 in sym, 'capped': capped, 'seed': seed}
 
 def window_text(paper: Paper, windows: dict, length: int) -> str:
     "The text of `paper`'s window of `length` tokens from `context_windows`."
@@ -138,7 +152,7 @@ def parse_route(route: str) -> dict:
                      "of the page upscaled k times) with <spec> a text retriever spec: bm25, dense[:<model>], hybrid[:<model>], late[:<model>] (optional "
                      "suffix '-full': one unit per document), or 'image-clip:<model>' / 'image-vlm:<model>' / 'image-colpali:<model>'")
 
-# %% ../nbs/12_scaling.ipynb #76cff259
+# %% ../nbs/12_scaling.ipynb #f96a1c17
 _WORD = re.compile(r'[a-z]{3,}')
 
 def _words(t: str) -> set:
@@ -164,6 +178,7 @@ def _upscaled(png: str, scale: float, cache_dir) -> str:
     with atomic_open(out, 'wb') as f: big.save(f, format='PNG')
     return str(out)
 
+# %% ../nbs/12_scaling.ipynb #c917817f
 def _render_windows(items, lengths, max_pixels, cache_dir, ocr_engine, ocr_scales, progress, timeout):
     "{(paper_id, L): {'png', 'font_pt', 'fits', 'ocr': {scale: text}, 'error'}} for every window (render and OCR are cached)."
     from tqdm.auto import tqdm
@@ -195,6 +210,51 @@ def _doc_units(doc_id, L, text, source, tokenizer, chunk_size, png=None):
     spans = chunk_spans(text, tokenizer, chunk_size) if chunk_size else [(0, len(text))]
     return [Unit(doc_id, f'{doc_id}@{L}#{i}', kind, text[s:e], images=images, span=(s, e)) for i, (s, e) in enumerate(spans)]
 
+# %% ../nbs/12_scaling.ipynb #1d804fbb
+def _paper_windows(papers, tok, lengths, query_tokens, seed, min_prose, short):
+    "`(items, skipped)`: `(paper, windows)` for the papers long enough, and a reason for each other one."
+    items, skipped = [], []
+    for p in papers:
+        w = context_windows(p, tok, lengths, query_tokens, seed=seed, min_prose=min_prose, short=short)
+        if w is None:
+            skipped.append({'paper_id': p.id, 'reason': f'fewer than {lengths[-1] if short == "skip" else lengths[0]} tokens'}); continue
+        items.append((p, w))
+    if len(items) < 2: raise ValueError(f"scaling_experiment: {len(items)} of {len(papers)} papers have >= {lengths[-1]} tokens; "
+                                        "need at least 2 (use shorter lengths or short='cap')")
+    return items, skipped
+
+def _route_rows(pl, ret, lengths, items, pages, queries, tok, chunk_size, k) -> list:
+    "One result row per length for route plan `pl`, its retriever `ret` indexing each length's documents."
+    rows = []
+    for L in lengths:
+        t = time.time()
+        units, found, empty, fonts, unfit = [], [], 0, [], 0
+        for p, w in items:
+            if pl['source'] == 'text': text, png = window_text(p, w, L), None
+            else:
+                pg = pages[(p.id, L)]
+                text, png = pg['ocr'].get(pl['ocr_scale'], ''), pg['png']
+                fonts.append(pg['font_pt']); unfit += bool(pg['png']) and not pg['fits']
+            us = _doc_units(p.id, L, text, pl['source'], tok, chunk_size if pl['chunked'] else None, png)
+            if not us: empty += 1
+            units += us
+            if pl['source'] != 'image': found.append(_query_words_found(w['query'], text))
+        if units:
+            ret.index(units, progress=False)
+            run = ret.search(queries, k=k)
+        else: run = Run(scores={q.id: {} for q in queries}, name=pl['route'])   # nothing legible: nothing found
+        res = score_run(run, queries, main_k=k)['overall']
+        rows.append({'route': pl['route'], 'length': L, 'source': pl['source'], 'retriever': pl['retriever'],
+                     'chunked': pl['chunked'], 'ocr_scale': pl['ocr_scale'] if pl['source'] == 'image-ocr' else float('nan'),
+                     **{m: res[m] for m in ('ndcg@10', 'recall@1', 'recall@10', 'mrr@10')},
+                     'n_docs': len(items), 'n_units': len(units), 'empty_docs': empty,
+                     'capped_docs': sum(L in w['capped'] for _, w in items),
+                     'query_words_found': float(np.nanmean(found)) if found else float('nan'),
+                     'font_pt': float(np.nanmean(fonts)) if fonts else float('nan'), 'unfit_pages': unfit,
+                     'index_search_s': round(time.time() - t, 2)})
+    return rows
+
+# %% ../nbs/12_scaling.ipynb #0751a48a
 def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1000, 4000, 8000),
                        routes: Sequence[str] = DEFAULT_ROUTES, max_pixels: int = 1_000_000, ocr_engine: str = 'tesseract',
                        cache_dir=None, progress: bool = True, query_tokens: int = 100, chunk_size: int = 256, seed: int = 0,
@@ -208,14 +268,7 @@ def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1
     if not plans: raise ValueError('scaling_experiment: no routes')
     tok = tokenizer or default_tokenizer()
     t0 = time.time()
-    items, skipped = [], []
-    for p in papers:
-        w = context_windows(p, tok, lengths, query_tokens, seed=seed, min_prose=min_prose, short=short)
-        if w is None:
-            skipped.append({'paper_id': p.id, 'reason': f'fewer than {lengths[-1] if short == "skip" else lengths[0]} tokens'}); continue
-        items.append((p, w))
-    if len(items) < 2: raise ValueError(f"scaling_experiment: {len(items)} of {len(papers)} papers have >= {lengths[-1]} tokens; "
-                                        "need at least 2 (use shorter lengths or short='cap')")
+    items, skipped = _paper_windows(papers, tok, lengths, query_tokens, seed, min_prose, short)
     t_windows = time.time() - t0
     need_img = any(pl['source'] != 'text' for pl in plans)
     pages = {}
@@ -231,32 +284,7 @@ def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1
         if pl['retriever'] not in retrievers:
             retrievers[pl['retriever']] = make_retriever(pl['retriever'], cache_dir=cache_dir, max_pixels=max_pixels)
         ret = retrievers[pl['retriever']]
-        for L in lengths:
-            t = time.time()
-            units, found, empty, fonts, unfit = [], [], 0, [], 0
-            for p, w in items:
-                if pl['source'] == 'text': text, png = window_text(p, w, L), None
-                else:
-                    pg = pages[(p.id, L)]
-                    text, png = pg['ocr'].get(pl['ocr_scale'], ''), pg['png']
-                    fonts.append(pg['font_pt']); unfit += bool(pg['png']) and not pg['fits']
-                us = _doc_units(p.id, L, text, pl['source'], tok, chunk_size if pl['chunked'] else None, png)
-                if not us: empty += 1
-                units += us
-                if pl['source'] != 'image': found.append(_query_words_found(w['query'], text))
-            if units:
-                ret.index(units, progress=False)
-                run = ret.search(queries, k=k)
-            else: run = Run(scores={q.id: {} for q in queries}, name=pl['route'])   # nothing legible: nothing found
-            res = score_run(run, queries, main_k=k)['overall']
-            rows.append({'route': pl['route'], 'length': L, 'source': pl['source'], 'retriever': pl['retriever'],
-                         'chunked': pl['chunked'], 'ocr_scale': pl['ocr_scale'] if pl['source'] == 'image-ocr' else float('nan'),
-                         **{m: res[m] for m in ('ndcg@10', 'recall@1', 'recall@10', 'mrr@10')},
-                         'n_docs': len(items), 'n_units': len(units), 'empty_docs': empty,
-                         'capped_docs': sum(L in w['capped'] for _, w in items),
-                         'query_words_found': float(np.nanmean(found)) if found else float('nan'),
-                         'font_pt': float(np.nanmean(fonts)) if fonts else float('nan'), 'unfit_pages': unfit,
-                         'index_search_s': round(time.time() - t, 2)})
+        rows += _route_rows(pl, ret, lengths, items, pages, queries, tok, chunk_size, k)
     df = pd.DataFrame(rows)
     df.attrs.update(windows=[w for _, w in items], skipped=skipped, n_papers=len(papers),
                     pages={f'{pid}@{L}': v for (pid, L), v in pages.items()},
@@ -267,7 +295,7 @@ def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1
                                  total_s=round(time.time() - t0, 1)))
     return df
 
-# %% ../nbs/12_scaling.ipynb #cf675648
+# %% ../nbs/12_scaling.ipynb #faf51b7e
 _STYLE = {'text': '-', 'image-ocr': '--', 'image': ':'}
 
 def plot_scaling(df: pd.DataFrame, metric: str = 'ndcg@10', title: Optional[str] = None):
@@ -304,6 +332,7 @@ def plot_scaling(df: pd.DataFrame, metric: str = 'ndcg@10', title: Optional[str]
     fig.tight_layout()
     return fig
 
+# %% ../nbs/12_scaling.ipynb #3007f455
 def plot_render_example(df: pd.DataFrame, paper_id: Optional[str] = None, lengths: Optional[Sequence[int]] = None,
                         crop: tuple = (360, 220)):
     "The page image of one paper's window at the shortest and longest length side by side, each with a crop at native resolution (what OCR sees)."
