@@ -212,7 +212,7 @@ def grid_table(rows, results, status, baseline: int, metric: str = 'ndcg@10', n_
             'rows': recs, 'computed': status.count('computed'), 'reused': status.count('reused'),
             'failed': sum(s.startswith('failed') for s in status)}
 
-# %% ../nbs/09a_grid.ipynb #25ba8b1e
+# %% ../nbs/09a_grid.ipynb #cd06d12f
 def _fmt(v, nd=3):
     return '' if v is None or (isinstance(v, float) and np.isnan(v)) else (f"{v:.{nd}f}" if isinstance(v, float) else str(v))
 
@@ -227,7 +227,8 @@ def grid_markdown(table: dict) -> str:
     for r in recs:
         if 'ndcg@10' not in r:
             lines.append(f"| {r['representation']} | {r['retriever']} | {_fmt(r['chunk_size'])} | {_fmt(r['max_pixels'])} | " + r['status'] + ' |'); continue
-        cells = [r['representation'], f"`{r['retriever']}`", _fmt(r['chunk_size']), _fmt(r['max_pixels']), _fmt(r['n_units']),
+        chunk = _fmt(r['chunk_size']) if r['representation'] in CHUNKED_REPRESENTATIONS else '—'     # no text chunks
+        cells = [r['representation'], f"`{r['retriever']}`", chunk, _fmt(r['max_pixels']), _fmt(r['n_units']),
                  f"{r['index_bytes'] / 1e6:.2f}", _fmt(r['ndcg@10'])] + [_fmt(r['by_evidence_type'].get(t)) for t in types] \
                 + [_fmt(r['by_level'].get(l)) for l in levels] + [_fmt(r.get('recall@1')), _fmt(r.get('recall@10')), _fmt(r.get('mrr@10')),
                    _fmt(r.get('diff')), _fmt(r.get('p_value'), 4), _fmt(r.get('p_holm'), 4)]
