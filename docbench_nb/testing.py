@@ -13,7 +13,7 @@ from .encoders import default_text_model_path
 # %% auto #0
 __all__ = ['StubChatServer', 'ScriptedChatServer', 'tiny_qwen_tokenizer', 'make_tiny_vision_models', 'draw_text_image']
 
-# %% ../nbs/90_testing.ipynb #48cca21f
+# %% ../nbs/90_testing.ipynb #2e43df84
 class StubChatServer:
     "A local OpenAI-compatible chat server for tests: describes the images it received ('image of WxH pixels, N bytes')."
     def __init__(self, status: int = 200, delay: float = 0.0, reply: Optional[str] = None):
@@ -26,12 +26,14 @@ class StubChatServer:
                 body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
                 try: req = json.loads(body)
                 except json.JSONDecodeError: req = None
-                stub.requests.append({'path': self.path, 'headers': dict(self.headers), 'json': req})
+                # header names are case-insensitive; they are kept in their canonical form ('Authorization'), whatever the client sent
+                stub.requests.append({'path': self.path, 'headers': {k.title(): v for k, v in self.headers.items()}, 'json': req})
                 if stub.delay: time.sleep(stub.delay)
                 if stub.status != 200: return self._send(stub.status, {'error': {'message': f'stub failure {stub.status}'}})
                 if self.path.rstrip('/').split('/')[-1] != 'completions' or not req:
                     return self._send(404, {'error': {'message': f'no route {self.path}'}})
-                self._send(200, {'id': f'stub-{len(stub.requests)}', 'object': 'chat.completion', 'model': req.get('model'),
+                self._send(200, {'id': f'stub-{len(stub.requests)}', 'object': 'chat.completion', 'created': int(time.time()),
+                                 'model': req.get('model'),
                                  'choices': [{'index': 0, 'finish_reason': 'stop',
                                               'message': {'role': 'assistant', 'content': stub.reply or stub.describe(req, self.headers)}}],
                                  'usage': {'prompt_tokens': 1, 'completion_tokens': 1, 'total_tokens': 2}})

@@ -6,7 +6,7 @@ from docbench_nb.records import Paper, Figure
 from docbench_nb.represent import text_caption_units, default_tokenizer, SourceDescriber
 from docbench_nb.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError,
                                   make_describer, default_ocr_engine, figure_images, DEFAULT_PROMPT)
-from docbench_nb.testing import StubChatServer
+from docbench_nb.testing import StubChatServer, ScriptedChatServer
 
 WORDS = ('Discharge', 'snowmelt', 'gauge')
 
@@ -53,7 +53,7 @@ def test_chat_request_carries_image_model_and_caption(server, paper, tmp_path):
     url = parts[0]['image_url']['url']
     assert url.startswith('data:image/png;base64,') and base64.b64decode(url.split(',', 1)[1]) == Path(png).read_bytes()
     assert parts[1]['text'].startswith(DEFAULT_PROMPT) and 'Caption: Daily flow at the outlet.' in parts[1]['text']
-    assert 'Authorization' not in req['headers'] and 'without authorization' in out
+    assert req['headers'].get('Authorization') == 'Bearer sk-no-key'      # no key: only the LLM backend's placeholder
     assert d.name == 'chat:stub-vl'
 
 def test_chat_sends_bearer_key_from_argument_or_env(server, paper, tmp_path, monkeypatch):
@@ -74,7 +74,7 @@ def test_chat_answers_are_cached_on_disk(server, paper, tmp_path):
     _chat(server, tmp_path, prompt='Only the axes.').describe(paper, paper.figures[0])   # another prompt: new request
     _chat(server, tmp_path, model='other').describe(paper, paper.figures[0])              # another model: new request
     assert len(server.requests) == n + 2
-    assert len(list((tmp_path / 'cache' / 'descriptions' / 'chat').rglob('*.json'))) == 3
+    assert len(list((tmp_path / 'cache' / 'llm').rglob('*.json'))) == 3     # the LLM backend's cache
 
 def test_chat_http_500_falls_back_with_warning_or_raises(server, paper, tmp_path):
     server.status = 500
@@ -90,7 +90,7 @@ def test_chat_http_500_falls_back_with_warning_or_raises(server, paper, tmp_path
     assert e.value.status == 500
     for s in ('inline: figure 1 (fig:a)', server.base_url + '/chat/completions', 'HTTP 500', 'stub failure 500'):
         assert s in str(e.value)
-    assert not list((tmp_path / 'cache').rglob('descriptions/chat/*/*.json'))   # failures are not cached
+    assert not list((tmp_path / 'cache' / 'llm').rglob('*.json'))            # failures are not cached
 
 def test_chat_stops_asking_a_dead_endpoint(server, paper, tmp_path):
     server.status = 503
@@ -99,6 +99,35 @@ def test_chat_stops_asking_a_dead_endpoint(server, paper, tmp_path):
     for _ in range(4): d.describe(paper, paper.figures[0], warn=warns.append)
     assert d.n_requests == 2 and len(server.requests) == 2
     assert any('failed for 2 figures in a row' in w for w in warns)
+
+def test_chat_429_is_retried_through_the_backend_then_cached(paper, tmp_path):
+    "A 429 (with Retry-After: 0) is retried by the LLM backend; the answer is cached, so describing again sends nothing."
+    with ScriptedChatServer([{'status': 429, 'headers': {'Retry-After': '0'}}],
+                            default=lambda req: StubChatServer.describe(req, {})) as srv:
+        d = ChatDescriber('stub-vl', base_url=srv.base_url, cache_dir=tmp_path / 'cache', api_key='', retries=2, backoff=5.0,
+                          on_error='raise')
+        t0 = time.perf_counter()
+        out = d.describe(paper, paper.figures[0])
+        assert time.perf_counter() - t0 < 4                # Retry-After: 0 was honoured, not the 5 s backoff
+        assert out.startswith('stub-vl saw 1 image(s): image of ') and srv.n_calls == 2 and d.n_requests == 2
+        assert srv.requests[0]['json']['messages'] == srv.requests[1]['json']['messages']     # the same request, again
+        again = ChatDescriber('stub-vl', base_url=srv.base_url, cache_dir=tmp_path / 'cache', api_key='')
+        assert again.describe(paper, paper.figures[0]) == out
+        assert srv.n_calls == 2 and (again.n_requests, again.n_cached) == (0, 1)
+
+def test_chat_describe_many_batches_a_paper(paper, tmp_path):
+    "All figures of a paper in one batch: order kept, at most `concurrency` in flight, the image-less figure falls back."
+    _chart(tmp_path / 'chart2.png')
+    paper.figures += [Figure(label=f'fig:{k}', caption=f'Copy {k}.', images=['chart.png' if k % 2 else 'chart2.png']) for k in range(3)]
+    reply = lambda req: {'content': StubChatServer.describe(req, {}) + ' ' + req['messages'][0]['content'][-1]['text'][-8:], 'delay': 0.3}
+    with ScriptedChatServer(default=reply) as srv:
+        d = ChatDescriber('stub-vl', base_url=srv.base_url, cache_dir=tmp_path / 'cache', api_key='', concurrency=2)
+        warns = []
+        out = d.describe_many(paper, warn=warns.append)
+        assert len(out) == 5 and srv.n_calls == 4 and srv.peak == 2
+        assert out[1].startswith('(offline fallback, ') and any('gone.pdf' in w for w in warns)
+        assert all(out[2 + k].endswith(f'Copy {k}.') for k in range(3)) and 'image of 640x360 pixels' in out[0]
+        assert d.describe_many(paper, warn=warns.append) == out and srv.n_calls == 4 and d.n_cached == 4
 
 def test_chat_client_error_is_not_retried(server, paper, tmp_path):
     server.status = 401
