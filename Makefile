@@ -7,7 +7,7 @@ VENV  ?= .venv
 PY    := $(VENV)/bin/python
 PIP   := $(PY) -m pip
 # Debian packages the package uses (installed when missing and we are root with apt-get).
-DEBS  ?= texlive-latex-base texlive-latex-recommended texlive-latex-extra texlive-publishers texlive-science texlive-bibtex-extra texlive-lang-cjk texlive-fonts-recommended texlive-plain-generic lmodern poppler-utils ghostscript tesseract-ocr tesseract-ocr-eng
+DEBS  ?= texlive-latex-base texlive-latex-recommended texlive-latex-extra texlive-publishers texlive-science texlive-bibtex-extra texlive-lang-cjk texlive-fonts-recommended texlive-plain-generic lmodern poppler-utils ghostscript tesseract-ocr tesseract-ocr-eng chromium
 
 .PHONY: install sysdeps demo test test-fast export readme docs lab clean
 

@@ -163,7 +163,7 @@ def _add_grid(sub):
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')
     g.set_defaults(fn=cmd_grid)
 
-# %% ../nbs/16_cli.ipynb #6f76c29b
+# %% ../nbs/16_cli.ipynb #5414c156
 def _add_others(sub):
     p = sub.add_parser('parse', help='parse LaTeX sources into structured papers')
     p.add_argument('src', nargs='+', help='paper folder, .tar.gz/.tgz/.tar, gzipped .tex, or a folder of papers')
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
     sub = ap.add_subparsers(dest='cmd', required=True)
     _add_others(sub); _add_evaluate(sub); _add_grid(sub)
+    from docbench_nb.qbuild import add_queries_parser      # docbench queries build|filter|rephrase|check-fn|import-review
+    add_queries_parser(sub)
     return ap
 
 # %% ../nbs/16_cli.ipynb #d5430b81
