@@ -14,7 +14,7 @@ from .cache import atomic_open, atomic_write, atomic_write_json, atomic_save_npy
 
 # %% auto #0
 __all__ = ['group_by_doc', 'check_units', 'write_units', 'read_units', 'duplicate_ids', 'empty_run', 'check_query_ids',
-           'DenseIndex']
+           'top_docs', 'DenseIndex']
 
 # %% ../nbs/04d_unitindex.ipynb #7f44b98b
 def group_by_doc(doc_ids: Sequence[str]):
@@ -72,6 +72,21 @@ def check_query_ids(query_ids, n, who):
     if len(query_ids) != n: raise ValueError(f"{who}: {len(query_ids)} query ids but {n} queries")
     if len(set(query_ids)) != len(query_ids): raise ValueError(f"{who}: duplicate query ids")
     return query_ids
+
+# %% ../nbs/04d_unitindex.ipynb #b66509c5
+def top_docs(unit_scores: np.ndarray, starts: np.ndarray, docs: Sequence[str], unit_ids: Sequence[str], k: int,
+             min_score: Optional[float] = None) -> tuple:
+    """`({doc: score}, {doc: best unit id})` of one query's top-`k` documents; a document scores the max over its units
+    (`starts[i]` is document `docs[i]`'s first unit); documents scoring `<= min_score` are left out."""
+    m = np.maximum.reduceat(unit_scores, starts)
+    ends = np.append(starts[1:], len(unit_scores))
+    kk = min(k, len(m))
+    top = np.argpartition(-m, kk - 1)[:kk] if kk < len(m) else np.arange(len(m))
+    scores, prov = {}, {}
+    for d in top[np.argsort(-m[top], kind='stable')]:
+        if min_score is not None and m[d] <= min_score: break
+        scores[docs[d]] = float(m[d]); prov[docs[d]] = unit_ids[starts[d] + int(np.argmax(unit_scores[starts[d]:ends[d]]))]
+    return scores, prov
 
 # %% ../nbs/04d_unitindex.ipynb #3146e8fa
 class DenseIndex:
