@@ -29,7 +29,7 @@ def load_queries(path, papers=None, levels=(0, 1, 2, 3)) -> list:
     from docbench_nb.data_io import load_queries as _load
     return _load(path, known_doc_ids=None if papers is None else [p.id for p in papers], levels=levels)
 
-# %% ../nbs/19_api.ipynb #9abebff9
+# %% ../nbs/19_api.ipynb #86b72fe1
 def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm25', chunk_size=None, max_pixels=None,
              cache_dir=None, progress: bool = True, **kw) -> Result:
     """Evaluate one configuration. `corpus`: a folder of sources, or papers from `load_papers`; `queries`: a query
@@ -41,7 +41,7 @@ def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm
     return Result.from_dict(_evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir,
                                       progress=progress, **kw))
 
-def grid(corpus, queries, out, representations=('text',), retrievers=('bm25',), chunk_sizes=None, max_pixels=None,
+def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
          baseline=None, cache_dir=None, **kw) -> dict:
     "The experiment grid (see `docbench_nb.experiment.grid`): writes `out/table.json|md`, the plot and one result per row."
     from docbench_nb.experiment import grid as _grid

@@ -30,7 +30,7 @@ def cmd_parse(args) -> int:
     if not args.json: print(f"{n} papers, {n_err} errors", file=sys.stderr)
     return 0
 
-# %% ../nbs/16_cli.ipynb #cd91d5d4
+# %% ../nbs/16_cli.ipynb #293d5388
 def cmd_retrievers(args) -> int:
     from docbench_nb.retrievers import retriever_help
     from docbench_nb.represent import describer_help
@@ -49,7 +49,7 @@ def cmd_evaluate(args) -> int:
     res = evaluate(args.corpus, args.queries, representation=args.representation, retriever=args.retriever,
                    chunk_size=args.chunk_size, overlap=args.overlap, k=args.k, cache_dir=args.cache_dir,
                    progress=not args.quiet, describer=args.describer,
-                   **({'max_pixels': args.max_pixels} if args.max_pixels else {}))
+                   **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}))
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -58,7 +58,7 @@ def cmd_evaluate(args) -> int:
     if args.out: res.save(args.out); print(f'wrote {args.out}')
     return 0
 
-# %% ../nbs/16_cli.ipynb #37d628fd
+# %% ../nbs/16_cli.ipynb #f7ce9032
 GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer')
 
 def read_grid_config(path) -> dict:
@@ -76,12 +76,14 @@ def read_grid_config(path) -> dict:
         except yaml.YAMLError as e: raise ValueError(f"{path}: not valid YAML ({e})") from None
     else: raise ValueError(f"{path}: config must be .toml, .yaml or .yml")
     if not isinstance(d, dict): raise ValueError(f"{path}: expected a table of keys, got {type(d).__name__}")
-    d = {k.replace('-', '_'): v for k, v in d.get('grid', d).items()}
+    d = d.get('grid', d)
+    if not isinstance(d, dict): raise ValueError(f"{path}: 'grid' must be a table of keys, got {type(d).__name__}")
+    d = {k.replace('-', '_'): v for k, v in d.items()}
     bad = sorted(set(d) - set(GRID_KEYS))
     if bad: raise ValueError(f"{path}: unknown key(s) {bad}; known: {', '.join(GRID_KEYS)}")
     return d
 
-# %% ../nbs/16_cli.ipynb #258651f3
+# %% ../nbs/16_cli.ipynb #9afb188e
 def cmd_grid(args) -> int:
     from docbench_nb.experiment import grid
     cfg = read_grid_config(args.config) if args.config else {}
@@ -93,7 +95,7 @@ def cmd_grid(args) -> int:
     if missing: raise ValueError(f"grid: missing {', '.join('--' + m.replace('_', '-') for m in missing)} (flags or --config)")
     t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
              chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
-             cache_dir=args.cache_dir, k=int(cfg.get('k') or 10), describer=cfg.get('describer'), redo=args.redo,
+             cache_dir=args.cache_dir, k=int(cfg['k']) if cfg.get('k') is not None else 10, describer=cfg.get('describer'), redo=args.redo,
              progress=not args.quiet, log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     print((Path(cfg['out']) / 'table.md').read_text(encoding='utf-8'))
     print(f"{len(t['rows'])} rows: {t['computed']} computed, {t['reused']} reused, {t['failed']} failed in {t['seconds']:.1f}s; wrote {cfg['out']}")

@@ -56,7 +56,7 @@ def load_papers(srcs, cache_dir=None, progress=True):
             papers.append(rec); atomic_write_json(f, {'paper': rec.to_dict()})
     return papers, errors
 
-# %% ../nbs/08_evaluate.ipynb #6d35b0f1
+# %% ../nbs/08_evaluate.ipynb #c3f20f37
 def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -65,6 +65,9 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     """Evaluate one configuration on `corpus` (folder/sources) with the query file `queries`; returns its `Result`.
     `chunk_size=None`: the retriever's encoder window (256 tokens for MiniLM), else 512 (BM25); `config` records which."""
     timings, t, pre_warnings, desc = {}, time.time(), [], None
+    if representation not in REPRESENTATIONS:        # before any parsing or model loading
+        raise ValueError(f"unknown representation {representation!r}; expected one of {sorted(REPRESENTATIONS)}")
+    if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
     max_pixels = represent_kw.get('max_pixels')
     if takes_describer(representation):
         desc = make_describer(describer, cache_dir=cache_dir, max_pixels=max_pixels)

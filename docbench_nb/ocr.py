@@ -270,10 +270,10 @@ class OCRRetriever(RetrieverBase):
     @property
     def index_bytes(self) -> int: return self.retriever.index_bytes
 
-# %% ../nbs/05a_ocr.ipynb #53412e9d
+# %% ../nbs/05a_ocr.ipynb #6ca7ce32
 @register_retriever('ocr', model='optional', model_name='ENGINE', inner=True,
                     options={'chunk': Option(int, None, min=1, help='split OCR text longer than this many tokens'),
-                             'lang': Option(str, 'eng', help="Tesseract language(s), e.g. 'eng+deu'"),
+                             'lang': Option(str, 'eng', help="Tesseract language(s), e.g. 'eng,deu' (',' for Tesseract's '+')"),
                              'timeout': Option(float, 120, min=0, help='seconds per image'),
                              'on_error': Option(str, 'warn', choices=('warn', 'raise'), help='an unreadable image')},
                     help=f"OCR image units ({' or '.join(OCR_ENGINES)}; default rapidocr), then the retriever SPEC over the text")
@@ -281,5 +281,5 @@ def _ocr_retriever(spec, opts, *, cache_dir=None, max_pixels=None, device=None):
     engine = spec.model or 'rapidocr'
     if engine not in OCR_ENGINES: raise ValueError(f"OCR retriever spec {str(spec)!r}: unknown engine {engine!r}; expected one of {OCR_ENGINES}")
     inner = make_retriever(spec.inner, cache_dir=cache_dir, max_pixels=max_pixels, device=device)
-    return OCRRetriever(inner, engine=engine, cache_dir=cache_dir, timeout=opts['timeout'], lang=opts['lang'],
+    return OCRRetriever(inner, engine=engine, cache_dir=cache_dir, timeout=opts['timeout'], lang=opts['lang'].replace(',', '+'),
                         on_error=opts['on_error'], chunk_size=opts['chunk'])

@@ -79,12 +79,16 @@ Result.__getitem__ = _result_getitem
 Result.get = lambda self, k, default=None: self[k] if k in self else default
 Result.__contains__ = lambda self, k: k in _field_names() or (k == 'run' and self.run is not None) or k in self.extra
 
-# %% ../nbs/07b_result.ipynb #7b35e581
+# %% ../nbs/07b_result.ipynb #75b7617f
 def _result_save(self, path) -> Path:
     "Write the result JSON to `path` and the run as `<path>.run` (TREC), both atomically. Returns `path`."
-    path = Path(path)
-    atomic_write_json(path, self.to_dict(), indent=1)
-    if self.run is not None: write_trec_run(self.run, str(path) + '.run', tag=str(self.config.get('retriever', 'run')).replace(' ', '_'))
+    path, run_file = Path(path), Path(str(path) + '.run')
+    d = self.to_dict()
+    if self.run is not None:       # what TREC files cannot hold: the best unit behind each hit, queries without hits
+        d['run_provenance'], d['run_query_ids'] = self.run.provenance, list(self.run.scores)
+    atomic_write_json(path, d, indent=1)
+    if self.run is not None: write_trec_run(self.run, run_file, tag=str(self.config.get('retriever', 'run')).replace(' ', '_'))
+    elif run_file.exists(): run_file.unlink()          # never leave another result's run beside this one
     return path
 
 def _result_load(cls, path, with_run: bool = True) -> 'Result':
@@ -93,7 +97,13 @@ def _result_load(cls, path, with_run: bool = True) -> 'Result':
     try: d = json.loads(path.read_text(encoding='utf-8'))
     except json.JSONDecodeError as e: raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
     run_file = Path(str(path) + '.run')
-    try: return cls.from_dict(d, run=read_trec_run(run_file) if with_run and run_file.is_file() else None)
+    prov, qids = d.pop('run_provenance', None), d.pop('run_query_ids', None)
+    run = read_trec_run(run_file) if with_run and run_file.is_file() else None
+    if run is not None:
+        for q in qids or []: run.scores.setdefault(q, {})
+        run.provenance = {q: p for q, p in (prov or {}).items()}
+        if qids: run.scores = {q: run.scores[q] for q in qids}
+    try: return cls.from_dict(d, run=run)
     except ValueError as e: raise ValueError(f"{path}: {e}") from None
 
 Result.save, Result.load = _result_save, classmethod(_result_load)

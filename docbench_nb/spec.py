@@ -144,7 +144,7 @@ class Registry:
             from importlib.metadata import entry_points
             for ep in entry_points(group=self.group): ep.load()
 
-# %% ../nbs/00b_spec.ipynb #b2497b2c
+# %% ../nbs/00b_spec.ipynb #bb39a396
 def _registry_kinds(self) -> dict:
     "{kind: KindInfo} of every registered kind (built-ins loaded first)."
     self._load()
@@ -159,7 +159,9 @@ def _registry_info(self, spec) -> tuple:
         raise SpecError(f"{what} {str(spec)!r}: unknown kind {spec.kind!r}; known: " + ', '.join(i.usage() for i in self.kinds().values()))
     info, _ = self._kinds[spec.kind]
     opts = check_spec(spec, info, what)
-    if spec.inner is not None and info.inner is True: self.info(spec.inner)
+    if spec.inner is not None and info.inner is True:
+        try: self.info(spec.inner)
+        except SpecError as e: raise SpecError(f"{e} (the inner spec of {str(spec)!r})") from None
     return spec, info, opts
 
 def _registry_build(self, spec, **ctx):
