@@ -221,7 +221,7 @@ def backoff_delay(attempt: int, base: float = 0.5, cap: float = 8.0, retry_after
     if retry_after is not None and 0 <= retry_after <= 60: return float(retry_after)
     return min(base * 2.0 ** attempt, cap) * (1 - 0.25 * random.random())
 
-# %% ../nbs/00e_llm.ipynb #438c8d7e
+# %% ../nbs/00e_llm.ipynb #02294a08
 _LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '0.0.0.0')
 _RETRY_STATUS = (408, 409, 429)
 
@@ -242,12 +242,14 @@ class OpenAILLM(LLM):
         local = urlparse(self.base_url).hostname in _LOCAL_HOSTS
         if not key and urlparse(self.base_url).hostname == 'api.openai.com':
             raise LLMError(f"openai model {model!r} at {self.base_url}: no API key; set $OPENAI_API_KEY")
-        # a local server is reached directly, whatever proxy the environment sets for the outside world
-        http = openai.DefaultHttpxClient(trust_env=False) if local else None
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=key or 'sk-no-key', timeout=timeout, max_retries=0,
-                                    **({'http_client': http} if http is not None else {}))
+        # a local server is reached directly, whatever proxy the environment sets for the outside world; the rate limit
+        # paces the transport itself (an httpx request hook), so it holds at send time, for retries too, whatever the
+        # client does before sending (its first call builds models under a lock, which would bunch paced threads up)
+        hooks = {'request': [lambda request: self.limiter.wait()]}
+        http = openai.DefaultHttpxClient(trust_env=False, event_hooks=hooks) if local else openai.DefaultHttpxClient(event_hooks=hooks)
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=key or 'sk-no-key', timeout=timeout, max_retries=0, http_client=http)
 
-# %% ../nbs/00e_llm.ipynb #9b1a9004
+# %% ../nbs/00e_llm.ipynb #26744303
 @patch
 def _request(self: OpenAILLM, messages, temperature, max_tokens, seed, json_mode):
     "One `/chat/completions` request with the retry policy; `(response, attempts)` or `LLMError` naming model, endpoint and status."
@@ -256,7 +258,6 @@ def _request(self: OpenAILLM, messages, temperature, max_tokens, seed, json_mode
     kw = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens, seed=seed)
     if json_mode: kw['response_format'] = {'type': 'json_object'}
     for attempt in range(self.max_retries + 1):
-        self.limiter.wait()
         retry_after, n = None, attempt + 1
         try: return self.client.chat.completions.create(**kw), n
         except openai.APITimeoutError:
