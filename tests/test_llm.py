@@ -123,9 +123,16 @@ def test_chat_many_records_failures(tmp_path):
 def test_rate_limit_spaces_requests(tmp_path):
     with ScriptedChatServer() as srv:
         llm = llm_for(srv, tmp_path, 'rate=10&concurrency=4')
+        sent, wait = [], llm.limiter.wait
+        def timed_wait():                                    # the send times the transport hook released, client side
+            slept = wait(); sent.append(time.monotonic()); return slept
+        llm.limiter.wait = timed_wait
         llm.chat_many([[{'role': 'user', 'content': f'q{i}'}] for i in range(5)])
-        s = sorted(q['start'] for q in srv.requests)
-        assert len(s) == 5 and all(b - a >= 0.085 for a, b in zip(s, s[1:])), s
+        s, arrived = sorted(sent), sorted(q['start'] for q in srv.requests)
+        # sends are ≥ 1/rate apart; arrivals may bunch on a loaded machine, but five cannot span less than four intervals
+        # minus the first one's own delay
+        assert len(s) == 5 and all(b - a >= 0.095 for a, b in zip(s, s[1:])), s
+        assert len(arrived) == 5 and arrived[-1] - arrived[0] >= 0.3, arrived
 
 def test_corrupt_entry_recomputed(tmp_path):
     with ScriptedChatServer(['first', 'second']) as srv:
