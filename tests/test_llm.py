@@ -162,10 +162,42 @@ def test_smollm2_json_answer_and_cache(tmp_path):
     q = [{'role': 'user', 'content': 'What is the capital of France? Answer as JSON like {"answer": "..."}.'}]
     t = time.perf_counter(); r = llm.chat(q, schema=schema, max_tokens=48, raise_on_error=False); t_gen = time.perf_counter() - t
     print(f'SmolLM2 reply in {t_gen:.1f} s, {r.attempts} attempt(s): {r}')
-    if r.ok: assert isinstance(r.data['answer'], str) and r.data['answer'].strip()
-    else: assert 'no valid JSON' in r.error and r.text          # a weak model: the reason is recorded, the raw text kept
+    assert r.ok and r.attempts == 1 and 'paris' in r.data['answer'].lower()     # guided decoding: valid JSON first time
+    free = make_llm('local?guided=false&repairs=0', cache_dir=tmp_path).chat(q, schema=schema, max_tokens=48, raise_on_error=False)
+    assert free.ok or ('no valid JSON' in free.error and free.text)           # unguided: the weak model's failure is recorded
     r2 = again.chat(q, schema=schema, max_tokens=48, raise_on_error=False)
     assert r2.cached and (r2.text, r2.data, r2.error) == (r.text, r.data, r.error) and again.stats['requests'] == 0
     # deterministic: the same question without the cache gives the same text
     r3 = again.chat(q, schema=schema, max_tokens=48, raise_on_error=False, prompt_version='again')
     assert not r3.cached and r3.text == r.text
+
+
+def test_structured_outputs_step_down(tmp_path):
+    # structured=true sends the schema itself; a server that refuses response_format gets JSON mode, then the prompt alone
+    with ScriptedChatServer(default='{"question": "Which detector saw it first?"}', json_mode=False) as srv:
+        llm = llm_for(srv, tmp_path, 'structured=true')
+        assert llm.chat(ASK, schema=SCHEMA).data == {'question': 'Which detector saw it first?'}
+        fmts = [(q['json'].get('response_format') or {}).get('type') for q in srv.requests]
+        assert fmts == ['json_schema', 'json_object', None]
+        assert srv.requests[0]['json']['response_format']['json_schema']['schema'] == SCHEMA
+    with ScriptedChatServer(default='{"question": "Which detector saw it first?"}') as srv:
+        llm = llm_for(srv, tmp_path / 'b', 'structured=true')
+        llm.chat(ASK, schema=SCHEMA); llm.chat(ASK)                    # no schema: no response_format at all
+        assert [('response_format' in q['json']) for q in srv.requests] == [True, False]
+        assert llm.fingerprint != llm_for(srv, tmp_path, '').fingerprint
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_openai_client_against_the_bundled_model_on_loopback(tmp_path):
+    from docbench_nb.testing import model_chat_server
+    with model_chat_server(make_llm('local', cache_dir=tmp_path)) as srv:
+        llm = make_llm(f'openai:smollm2@{srv.base_url}?structured=true&concurrency=2', cache_dir=tmp_path)
+        judge = {'type': 'object', 'properties': {'valid': {'type': 'boolean'}, 'query': {'type': ['string', 'null']}}, 'required': ['valid', 'query']}
+        cap = {'type': 'object', 'properties': {'answer': {'type': 'string'}}, 'required': ['answer']}
+        rs = llm.chat_many([[{'role': 'user', 'content': f'What is the capital of {c}? Answer as JSON like {{"answer": "..."}}.'}]
+                            for c in ('France', 'Italy')], schema=cap, max_tokens=24)
+        assert all(r.ok and r.data['answer'].strip() for r in rs), rs     # two in flight: the server's model is loaded once, safely
+        assert rs[0].ok and 'paris' in rs[0].data['answer'].lower() and rs[0].completion_tokens > 0, rs[0]
+        r = llm.chat([{'role': 'user', 'content': 'Is "What is a thing?" a specific question? Suggest a better one.'}], schema=judge, max_tokens=48)
+        assert isinstance(r.data['valid'], bool) and (r.data['query'] is None or r.data['query'].strip())
+        assert all((q['json'].get('response_format') or {}).get('type') == 'json_schema' for q in srv.requests)

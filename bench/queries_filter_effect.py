@@ -1,0 +1,42 @@
+"""The BM25 difficulty filter's effect: nDCG@10 of bm25 and dense before vs after the filter, on the shared dev set
+and on the queries a `docbench queries build` run generated (its stage records give the set before the filter — the
+decontextualized questions — and after it).
+
+    python bench/queries_filter_effect.py --corpus ../shared/corpus/papers --dev ../shared/queries/dev.jsonl \
+        --build /tmp/q_local [--k 5] [--retrievers bm25,dense] [--out results/queries_filter_effect.md]
+"""
+import argparse, json, tempfile
+from pathlib import Path
+import pandas as pd
+import docbench_nb as db
+from docbench_nb.queries import Draft, write_query_records
+from docbench_nb.qfilter import filter_queries
+
+ap = argparse.ArgumentParser()
+ap.add_argument('--corpus', required=True); ap.add_argument('--dev', required=True); ap.add_argument('--build', required=True)
+ap.add_argument('--k', type=int, default=5); ap.add_argument('--retrievers', default='bm25,dense'); ap.add_argument('--out', default=None)
+a = ap.parse_args()
+tmp = Path(tempfile.mkdtemp(prefix='filter-effect-'))
+
+sets = {'dev: all': Path(a.dev)}
+fr = filter_queries(a.corpus, a.dev, a.k, tmp / 'dev_kept.jsonl')
+sets[f'dev: kept by the filter (k={a.k})'] = tmp / 'dev_kept.jsonl'
+recs = [json.loads(l) for l in (Path(a.build) / 'stages.jsonl').read_text().splitlines()]
+for stage, name in (('decontextualize', 'generated: before the filter'), ('bm25', f'generated: after the filter (k={a.k})')):
+    drafts = [Draft.from_dict(r['output']) for r in recs if r['stage'] == stage and not r['dropped']]
+    write_query_records(drafts, tmp / f'{stage}.jsonl'); sets[name] = tmp / f'{stage}.jsonl'
+sets['generated: final (all stages)'] = Path(a.build) / 'queries.jsonl'
+
+papers = db.load_papers(a.corpus, progress=False)
+rows = []
+for name, path in sets.items():
+    n = sum(1 for l in path.read_text().splitlines() if l.strip()) if path.is_file() else 0
+    row = {'query set': name, 'n': n}
+    for ret in a.retrievers.split(','):
+        row[f'{ret} ndcg@10'] = float('nan') if n == 0 else db.evaluate(papers, path, retriever=ret, progress=False).table().loc['overall (L0)', 'ndcg@10']
+    rows.append(row)
+df = pd.DataFrame(rows).set_index('query set')
+text = df.to_markdown(floatfmt='.3f')
+print(text)
+print(f"\ndev gold ranks under BM25: {sorted(fr['ranks'].values())}")
+if a.out: Path(a.out).write_text(text + '\n')
