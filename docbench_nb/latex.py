@@ -164,6 +164,7 @@ def _strip_cond(text, s, cm, out, conds, _depth) -> int:
 def _strip_cs(text, s, out, conds, _depth) -> int:
     "The control sequence at `s`: verbatim material and false conditionals are handled, anything else copied."
     cm = _cs_re.match(text, s)
+    if cm is None: out.add(text[s:]); return len(text)     # a lone backslash at the very end of a file: kept, nothing follows
     name = cm.group(1)                             # None for \% \\ \{ ... : an escaped character, copied as is
     if name == 'begin': return _strip_begin(text, s, cm, out)
     if name in ('verb', 'lstinline', 'mintinline') and cm.end() < len(text): return _strip_verb(text, s, cm, out)
