@@ -1,6 +1,7 @@
 """The BM25 difficulty filter's effect: nDCG@10 of bm25 and dense before vs after the filter, on the shared dev set
 and on the queries a `docbench queries build` run generated (its stage records give the set before the filter — the
-decontextualized questions — and after it).
+decontextualized questions — and after it); then the pipeline's final output (levels 0-3) evaluated and put through
+the robustness analysis.
 
     python bench/queries_filter_effect.py --corpus ../shared/corpus/papers --dev ../shared/queries/dev.jsonl \
         --build /tmp/q_local [--k 5] [--retrievers bm25,dense] [--out results/queries_filter_effect.md]
@@ -28,15 +29,24 @@ for stage, name in (('decontextualize', 'generated: before the filter'), ('bm25'
 sets['generated: final (all stages)'] = Path(a.build) / 'queries.jsonl'
 
 papers = db.load_papers(a.corpus, progress=False)
-rows = []
+rows, final = [], []
 for name, path in sets.items():
     n = sum(1 for l in path.read_text().splitlines() if l.strip()) if path.is_file() else 0
     row = {'query set': name, 'n': n}
     for ret in a.retrievers.split(','):
-        row[f'{ret} ndcg@10'] = float('nan') if n == 0 else db.evaluate(papers, path, retriever=ret, progress=False).table().loc['overall (L0)', 'ndcg@10']
+        res = db.evaluate(papers, path, retriever=ret, progress=False) if n else None
+        row[f'{ret} ndcg@10'] = res.table().loc['overall (L0)', 'ndcg@10'] if res else float('nan')
+        if res and name.startswith('generated: final'): final.append(res)
     rows.append(row)
 df = pd.DataFrame(rows).set_index('query set')
 text = df.to_markdown(floatfmt='.3f')
 print(text)
 print(f"\ndev gold ranks under BM25: {sorted(fr['ranks'].values())}")
+if final:
+    from docbench_nb.robustness import robustness_table
+    print('\nthe final queries, every level:')
+    for res in final: print(res.table().to_markdown(floatfmt='.3f'))
+    rob = robustness_table([r.to_dict() for r in final])
+    print(rob.to_markdown(floatfmt='.3f'))
+    text += '\n\n' + '\n\n'.join(r.table().to_markdown(floatfmt='.3f') for r in final) + '\n\n' + rob.to_markdown(floatfmt='.3f')
 if a.out: Path(a.out).write_text(text + '\n')

@@ -14,7 +14,7 @@ import docbench_nb.visual  # registers figures / pages / interleaved
 from .retrievers import make_retriever, default_chunk_size, DEFAULT_MAX_PIXELS
 from .data_io import load_queries
 from .metrics import score_run
-from .result import Result, METRIC_KEYS
+from .result import Result, METRIC_KEYS, result_metrics
 
 # %% auto #0
 __all__ = ['source_key', 'load_papers', 'evaluate', 'format_result']
@@ -100,7 +100,8 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
         warnings.append(f"{len(ret.dropped)} of {len(units)} units had no text after OCR and were not indexed")
     run = ret.search(qs, k=k)
     timings['search_s'] = time.time() - t; t = time.time()
-    res = score_run(run, qs, main_k=k)
+    cut = lambda xs: tuple(x for x in xs if x <= k)          # no metric deeper than the run: at k = 5 no ndcg@10 or mrr@10
+    res = score_run(run, qs, ks=cut((1, 5, 10)) + (k,), main_k=k, ndcg_ks=cut((5, 10)))
     timings['metrics_s'] = time.time() - t
     timings['peak_rss_mb'] = _peak_rss_mb()
     spec = retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__)
@@ -115,8 +116,9 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
             'per_query': res['per_query'], 'timings': timings, 'run': run})
 
 # %% ../nbs/08_evaluate.ipynb #8023d334
-def format_result(res: Result, metrics=METRIC_KEYS) -> str:
-    "Plain-text table: overall (level 0), per evidence type, and per rephrasing level."
+def format_result(res: Result, metrics=None) -> str:
+    "Plain-text table: overall (level 0), per evidence type, and per rephrasing level; `metrics` default to those the result holds."
+    metrics = list(metrics) if metrics else result_metrics(res)
     c = res['config']
     rep = c['representation'] + (f" [{c['describer']}]" if c.get('describer') else '')
     head = (f"{rep} | {c['retriever']} | chunk {c['chunk_size']} | {res['n_docs']} docs, "

@@ -12,9 +12,9 @@ from .qfilter import CorpusIndex
 
 # %% auto #0
 __all__ = ['FAILURE_LABELS', 'DECONTEXTUALIZE', 'VERIFY', 'NATURALIZE', 'REPHRASE_LEVELS', 'REPHRASE_CHECK', 'FALSE_NEGATIVE',
-           'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema', 'parse_reply', 'run_llm_stage',
-           'content_words', 'overlap', 'question_problem', 'generate_stage', 'decontextualize_stage', 'verify_stage',
-           'naturalize_stage', 'rephrase_stage', 'false_negative_stage']
+           'RETRY_TEMPERATURE', 'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema', 'parse_reply',
+           'run_llm_stage', 'content_words', 'overlap', 'question_problem', 'generate_stage', 'decontextualize_stage',
+           'verify_stage', 'naturalize_stage', 'rephrase_stage', 'false_negative_stage']
 
 # %% ../nbs/14c_qgen.ipynb #3b0aaa37
 @dataclass
@@ -277,14 +277,17 @@ def naturalize_stage(drafts: Sequence[Draft], llm, store=None, **kw) -> tuple:
                          lambda d, data: (_with(d, 'naturalize', query=data['query'].strip()), ''), llm, store, **kw)
 
 # %% ../nbs/14c_qgen.ipynb #8c9446c7
+RETRY_TEMPERATURE = 0.8
+
 def _rephrase_one(d: Draft, llm, retries: int, log: list, **kw) -> tuple:
     "`(rephrasings, failure reason or '', seconds, tokens)` for one draft, level by level."
     out, secs, toks = [], 0.0, 0
     for level in (1, 2, 3):
         pr, why = rephrase_prompt(level), ''
         for attempt in range(retries + 1):
+            # a retry samples (seeded): asked again greedily, a model gives the same answer it gave the first time
             rep = llm.chat(pr.messages(query=d.query), schema=pr.schema, max_tokens=pr.max_tokens, prompt_version=pr.version,
-                           seed=attempt, raise_on_error=False, **kw)
+                           seed=attempt, temperature=RETRY_TEMPERATURE if attempt else 0.0, raise_on_error=False, **kw)
             secs += float(getattr(rep, 'seconds', 0) or 0); toks += _tokens(rep)
             data, why = parse_reply(rep, pr.schema)
             if data is not None:
@@ -307,7 +310,7 @@ def _rephrase_one(d: Draft, llm, retries: int, log: list, **kw) -> tuple:
 def rephrase_stage(drafts: Sequence[Draft], llm, store=None, retries: int = 1, on_fail: str = 'drop', batch_size: int = 8, **kw) -> tuple:
     "Stage 7: rephrasings at levels 1-3, each checked to keep meaning and answer; failures retried, then recorded."
     if on_fail not in ('drop', 'keep'): raise ValueError(f"on_fail must be 'drop' or 'keep', got {on_fail!r}")
-    versions = '|'.join(rephrase_prompt(l).version for l in (1, 2, 3)) + '|' + REPHRASE_CHECK.version
+    versions = '|'.join(rephrase_prompt(l).version for l in (1, 2, 3)) + '|' + REPHRASE_CHECK.version + f'|t{RETRY_TEMPERATURE}'
     kept, recs, pending = {}, {}, []
     for d in drafts:
         inp = {'query': d.query, 'answer': d.answer, 'retries': retries, 'on_fail': on_fail}

@@ -16,7 +16,7 @@ from .metrics import score_run, compare_runs, bootstrap_ci, holm_adjust
 from .data_io import write_trec_run, read_trec_run, load_queries
 
 # %% auto #0
-__all__ = ['METRIC_KEYS', 'Result', 'per_query_values', 'compare']
+__all__ = ['METRIC_KEYS', 'Result', 'result_metrics', 'per_query_values', 'compare']
 
 # %% ../nbs/07b_result.ipynb #858d3c88
 METRIC_KEYS = ('ndcg@10', 'recall@1', 'recall@5', 'recall@10', 'mrr@10')
@@ -109,8 +109,14 @@ def _result_load(cls, path, with_run: bool = True) -> 'Result':
 Result.save, Result.load = _result_save, classmethod(_result_load)
 
 # %% ../nbs/07b_result.ipynb #9f44004f
-def _result_table(self, metrics: Sequence[str] = METRIC_KEYS) -> pd.DataFrame:
-    "Rows: overall (level 0), each evidence type (level 0), each rephrasing level; columns: `metrics` and n."
+def result_metrics(res) -> list:
+    "The metric names a result holds (in the order they were computed), e.g. `ndcg@5, recall@1, recall@5, mrr@5` for k = 5."
+    names = [m for m in res['overall'] if m != 'n']
+    return names or list(METRIC_KEYS)
+
+def _result_table(self, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    "Rows: overall (level 0), each evidence type (level 0), each rephrasing level; columns: `metrics` (default: those the result holds) and n."
+    metrics = list(metrics) if metrics else result_metrics(self)
     rows = [('overall (L0)', self.overall)]
     rows += [(f'type={t}', v) for t, v in sorted(self.by_evidence_type.items())]
     rows += [(f'level={l}', v) for l, v in sorted(self.by_level.items())]
