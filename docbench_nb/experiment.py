@@ -163,7 +163,7 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         if r not in rows_: rows_.append(r)
     rows = rows_
     b = find_baseline(rows, baseline)
-    if int(k) < 1: raise ValueError(f"grid: k must be >= 1, got {k}")
+    if int(k) < 10: raise ValueError(f"grid: k must be >= 10 (its tables and plot compare ndcg@10), got {k}")
     if describer is not None: check_describer_spec(describer)
     for p in (corpus, queries):
         if not Path(p).exists(): raise FileNotFoundError(f"grid: no such file or folder: {p}")
