@@ -12,9 +12,10 @@ from .qfilter import CorpusIndex
 
 # %% auto #0
 __all__ = ['FAILURE_LABELS', 'DECONTEXTUALIZE', 'VERIFY', 'NATURALIZE', 'REPHRASE_LEVELS', 'REPHRASE_CHECK', 'FALSE_NEGATIVE',
-           'RETRY_TEMPERATURE', 'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema', 'parse_reply',
-           'run_llm_stage', 'content_words', 'overlap', 'question_problem', 'generate_stage', 'decontextualize_stage',
-           'verify_stage', 'naturalize_stage', 'rephrase_stage', 'false_negative_stage']
+           'REWRITE_RULES', 'RETRY_TEMPERATURE', 'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema',
+           'parse_reply', 'run_llm_stage', 'content_words', 'overlap', 'question_problem', 'generate_stage',
+           'rewrite_problem', 'decontextualize_stage', 'verify_stage', 'naturalize_stage', 'rephrase_stage',
+           'false_negative_stage']
 
 # %% ../nbs/14c_qgen.ipynb #3b0aaa37
 @dataclass
@@ -251,14 +252,22 @@ def _with(d: Draft, stage: str, **kw) -> Draft:
     if 'query' in kw: new.versions = {**d.versions, stage: kw['query']}
     return new
 
+def rewrite_problem(new: str, old: str, min_shared: int = 1) -> Optional[str]:
+    "Why a rewrite `new` of question `old` is unusable (not a question, looping, sharing fewer than `min_shared` content words with `old`), or None."
+    return question_problem(new, old, max_overlap=1.0, min_shared=min_shared)
+
+REWRITE_RULES = 'rw-1'
+
 def decontextualize_stage(drafts: Sequence[Draft], llm, store=None, **kw) -> tuple:
-    "Stage 3: rewrite each question to stand on its own; a null rewrite drops it."
+    "Stage 3: rewrite each question to stand on its own; a null rewrite drops it, and so does one that stops being a question about the same thing."
     def apply(d, data):
         q = (data['query'] or '').strip()
         if not q: return None, 'cannot be made context-independent: the model returned null'
+        # it may share no word with the question (\"they\" and \"Table 2\" become what they stand for), but must still ask
+        if why := rewrite_problem(q, d.query, min_shared=0): return None, f'the context-independent rewrite is unusable: {why}'
         return _with(d, 'decontextualize', query=q), ''
     return run_llm_stage('decontextualize', drafts, lambda d: DECONTEXTUALIZE, lambda d: {'query': d.query, 'answer': d.answer},
-                         apply, llm, store, **kw)
+                         apply, llm, store, rules=REWRITE_RULES, **kw)
 
 def verify_stage(drafts: Sequence[Draft], evidence: dict, llm, store=None, **kw) -> tuple:
     "Stage 5: the validity check against the evidence; invalid or labelled questions are dropped with the labels."
@@ -272,9 +281,14 @@ def verify_stage(drafts: Sequence[Draft], evidence: dict, llm, store=None, **kw)
     return run_llm_stage('verify', drafts, lambda d: VERIFY, ins, apply, llm, store, **kw)
 
 def naturalize_stage(drafts: Sequence[Draft], llm, store=None, **kw) -> tuple:
-    "Stage 6: make each question read like a researcher's search."
-    return run_llm_stage('naturalize', drafts, lambda d: NATURALIZE, lambda d: {'query': d.query},
-                         lambda d, data: (_with(d, 'naturalize', query=data['query'].strip()), ''), llm, store, **kw)
+    "Stage 6: make each question read like a researcher's search; an unusable rewrite keeps the verified wording (recorded, flagged)."
+    def apply(d, data):
+        q = data['query'].strip()
+        if why := rewrite_problem(q, d.query):
+            return _with(d, 'naturalize', flags=d.flags + ['naturalize_rejected']), f'kept the verified wording; the rewrite was unusable: {why}'
+        return _with(d, 'naturalize', query=q), ''
+    return run_llm_stage('naturalize', drafts, lambda d: NATURALIZE, lambda d: {'query': d.query}, apply, llm, store,
+                         rules=REWRITE_RULES, **kw)
 
 # %% ../nbs/14c_qgen.ipynb #8c9446c7
 RETRY_TEMPERATURE = 0.8
@@ -293,6 +307,7 @@ def _rephrase_one(d: Draft, llm, retries: int, log: list, **kw) -> tuple:
             if data is not None:
                 cand = data['rephrasing'].strip()
                 if cand.lower().rstrip('?. ') == d.query.lower().rstrip('?. '): why = 'rephrasing is identical to the query'
+                elif bad := rewrite_problem(cand, d.query): why = f'rephrasing is unusable: {bad}'
                 else:
                     chk = llm.chat(REPHRASE_CHECK.messages(query=d.query, rephrasing=cand, answer=d.answer), schema=REPHRASE_CHECK.schema,
                                    max_tokens=REPHRASE_CHECK.max_tokens, prompt_version=REPHRASE_CHECK.version, seed=attempt, raise_on_error=False, **kw)
@@ -310,7 +325,7 @@ def _rephrase_one(d: Draft, llm, retries: int, log: list, **kw) -> tuple:
 def rephrase_stage(drafts: Sequence[Draft], llm, store=None, retries: int = 1, on_fail: str = 'drop', batch_size: int = 8, **kw) -> tuple:
     "Stage 7: rephrasings at levels 1-3, each checked to keep meaning and answer; failures retried, then recorded."
     if on_fail not in ('drop', 'keep'): raise ValueError(f"on_fail must be 'drop' or 'keep', got {on_fail!r}")
-    versions = '|'.join(rephrase_prompt(l).version for l in (1, 2, 3)) + '|' + REPHRASE_CHECK.version + f'|t{RETRY_TEMPERATURE}'
+    versions = '|'.join(rephrase_prompt(l).version for l in (1, 2, 3)) + '|' + REPHRASE_CHECK.version + f'|t{RETRY_TEMPERATURE}|{REWRITE_RULES}'
     kept, recs, pending = {}, {}, []
     for d in drafts:
         inp = {'query': d.query, 'answer': d.answer, 'retries': retries, 'on_fail': on_fail}
