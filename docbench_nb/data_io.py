@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_data_io.ipynb #0a943277
 from __future__ import annotations
-import contextlib, difflib, json, os, tempfile
+import contextlib, difflib, json, os, re, tempfile
 from pathlib import Path
 from .records import Query, Run
 from .metrics import trec_ranking
@@ -56,10 +56,14 @@ def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
     qid = d.get('id')
     if isinstance(qid, int) and not isinstance(qid, bool): qid = str(qid)
     if not _text(qid): problems.append((n, "missing or empty 'id'")); qid = None
+    elif re.search(r'\s', qid): problems.append((n, f"query id {qid!r} contains whitespace (TREC run and qrels files split on it)"))
     text = d.get('query', d.get('text'))
     if not _text(text): problems.append((n, f"query {qid!r}: missing or empty 'query' text"))
     gold = []
-    if 'doc_id' in d: gold.append(d['doc_id'])
+    if 'doc_id' in d:
+        if isinstance(d['doc_id'], (list, tuple, dict)):
+            problems.append((n, f"query {qid!r}: 'doc_id' must be one id string, got a {type(d['doc_id']).__name__} (use 'doc_ids' for several gold papers)"))
+        else: gold.append(d['doc_id'])
     if 'doc_ids' in d:
         if isinstance(d['doc_ids'], list): gold += d['doc_ids']
         else: problems.append((n, f"query {qid!r}: 'doc_ids' must be a list, got {type(d['doc_ids']).__name__}"))
@@ -68,7 +72,7 @@ def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
     for g in gold:
         if not _text(g): problems.append((n, f"query {qid!r}: gold doc id {g!r} is not a non-empty string"))
         elif known is not None and g not in known: problems.append((n, f"query {qid!r}: " + _unknown(g, known)))
-    gold = list(dict.fromkeys(gold))
+    gold = list(dict.fromkeys(g for g in gold if isinstance(g, str)))
     et = d.get('evidence_type')
     if et is not None and not _text(et): problems.append((n, f"query {qid!r}: 'evidence_type' must be a non-empty string"))
     reph = d.get('rephrasings', [])
