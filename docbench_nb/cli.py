@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_others(sub); _add_evaluate(sub); _add_grid(sub)
     from docbench_nb.qbuild import add_queries_parser      # docbench queries build|filter|rephrase|check-fn|import-review
     add_queries_parser(sub)
+    from docbench_nb.coverage import add_coverage_parsers  # docbench coverage; docbench spin train|finetune
+    add_coverage_parsers(sub)
     return ap
 
 # %% ../nbs/16_cli.ipynb #d5430b81
