@@ -14,8 +14,8 @@ from .qfilter import CorpusIndex
 __all__ = ['FAILURE_LABELS', 'DECONTEXTUALIZE', 'VERIFY', 'NATURALIZE', 'REPHRASE_LEVELS', 'REPHRASE_CHECK', 'FALSE_NEGATIVE',
            'REWRITE_RULES', 'RETRY_TEMPERATURE', 'Prompt', 'generation_prompt', 'rephrase_prompt', 'check_schema',
            'parse_reply', 'run_llm_stage', 'content_words', 'overlap', 'question_problem', 'generate_stage',
-           'rewrite_problem', 'decontextualize_stage', 'verify_stage', 'naturalize_stage', 'rephrase_stage',
-           'false_negative_stage']
+           'rewrite_problem', 'context_refs', 'decontextualize_stage', 'verify_stage', 'naturalize_stage',
+           'rephrase_stage', 'false_negative_stage']
 
 # %% ../nbs/14c_qgen.ipynb #3b0aaa37
 @dataclass
@@ -256,15 +256,26 @@ def rewrite_problem(new: str, old: str, min_shared: int = 1) -> Optional[str]:
     "Why a rewrite `new` of question `old` is unusable (not a question, looping, sharing fewer than `min_shared` content words with `old`), or None."
     return question_problem(new, old, max_overlap=1.0, min_shared=min_shared)
 
-REWRITE_RULES = 'rw-1'
+REWRITE_RULES = 'rw-2'
+_CONTEXT_REF = re.compile(r"\b(?:this|the present|our|the above|the following) (?:paper|study|work|article|section|table|figure|plot|"
+                          r"graph|method|approach|model|analysis|data ?set|experiment)s?\b|\bthe authors?\b|\b(?:fig\.?|figure|table|"
+                          r"section|eq\.?|equation)\s*\(?\d+|\bas (?:shown|described|reported) (?:above|below|here)\b", re.I)
+
+def context_refs(text: str) -> list:
+    "Phrases in `text` that point into the source paper (\"this paper\", \"Table 2\", \"the authors\")."
+    return [m.group(0) for m in _CONTEXT_REF.finditer(text or '')]
 
 def decontextualize_stage(drafts: Sequence[Draft], llm, store=None, **kw) -> tuple:
-    "Stage 3: rewrite each question to stand on its own; a null rewrite drops it, and so does one that stops being a question about the same thing."
+    """Stage 3: rewrite each question to stand on its own; a null rewrite drops it. A rewrite that is unusable (weak
+    models answer the question instead) keeps the question as it was when nothing in it points into the paper
+    (flagged `decontextualize_rejected`), and drops it when something does."""
     def apply(d, data):
         q = (data['query'] or '').strip()
         if not q: return None, 'cannot be made context-independent: the model returned null'
-        # it may share no word with the question (\"they\" and \"Table 2\" become what they stand for), but must still ask
-        if why := rewrite_problem(q, d.query, min_shared=0): return None, f'the context-independent rewrite is unusable: {why}'
+        # it may share no word with the question ("they" and "Table 2" become what they stand for), but must still ask
+        if why := rewrite_problem(q, d.query, min_shared=0):
+            if refs := context_refs(d.query): return None, f'still context-bound ({", ".join(refs[:3])}) and the rewrite is unusable: {why}'
+            return _with(d, 'decontextualize', flags=d.flags + ['decontextualize_rejected']), f'kept the question as it was; the rewrite was unusable: {why}'
         return _with(d, 'decontextualize', query=q), ''
     return run_llm_stage('decontextualize', drafts, lambda d: DECONTEXTUALIZE, lambda d: {'query': d.query, 'answer': d.answer},
                          apply, llm, store, rules=REWRITE_RULES, **kw)
