@@ -291,9 +291,10 @@ def _complete(self: OpenAILLM, messages, *, temperature, max_tokens, seed, json_
         try: resp, m = self._request(messages, temperature, max_tokens, seed, fmt); n += m; break
         except LLMError as e:
             # a server without that response_format answers 400 naming it: step down (schema → json_object → prompt alone) for good
-            if not (fmt and 'HTTP 400' in str(e) and 'response_format' in str(e)): raise
+            if not (fmt and 'HTTP 400' in str(e) and ('response_format' in str(e) or 'json_schema' in str(e))): raise
             n += e.attempts
-            if fmt['type'] == 'json_schema': self.structured = False
+            if fmt['type'] == 'json_schema':      # answers from here on are not schema-constrained: cached under their own name
+                self.structured = False; self.fingerprint = self.fingerprint.removesuffix('+schema')
             else: self.json_mode = False
     if not resp.choices: raise LLMError(f"openai model {self.model!r} at {self.endpoint}: the answer has no choices", attempts=n)
     u = resp.usage
@@ -457,13 +458,15 @@ def _local_llm(spec, opts, *, cache_dir=None, **ctx):
 GUIDED_VERSION = 'guided-1'
 
 def _field_kind(s) -> Optional[str]:
-    t = s.get('type') if isinstance(s, dict) else None
+    if not isinstance(s, dict): return None
+    if isinstance(s.get('enum'), list) and s['enum'] and all(isinstance(v, str) for v in s['enum']): return 'enum'   # typed or not
+    t = s.get('type')
     t = set(t) if isinstance(t, list) else {t}
     if t == {'string'}: return 'string'
     if t == {'boolean'}: return 'boolean'
     if t == {'string', 'null'}: return 'string|null'
-    if t == {'array'} and isinstance(s.get('items'), dict) and 'enum' in s['items']: return 'labels'
-    if t == {None} and isinstance(s.get('enum'), list) and all(isinstance(v, str) for v in s['enum']): return 'enum'
+    if t == {'array'} and isinstance(s.get('items'), dict) and isinstance(s['items'].get('enum'), list) \
+       and all(isinstance(v, str) for v in s['items']['enum']): return 'labels'
     return None
 
 def guidable(schema) -> bool:

@@ -34,7 +34,8 @@ def select_papers(papers, which=None, seed: int = 0) -> list:
         ids = sorted(p.id for p in papers)
         pick = set(random.Random(seed).sample(ids, min(which, len(ids))))
         return [p for p in papers if p.id in pick]
-    want = [str(w) for w in which]
+    want = [which] if isinstance(which, str) else [str(w) for w in which]
+    if not want: raise ValueError("evidence papers: an empty list of ids")
     if unknown := sorted(set(want) - {p.id for p in papers}):
         raise ValueError(f"evidence papers not in the corpus: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
     return [p for p in papers if p.id in set(want)]
@@ -139,7 +140,7 @@ def _cmd_build(args):
     if not getattr(args, 'quiet', False):
         import pandas as pd
         print(attrition_table(res['attrition']).to_string()); print(pd.DataFrame(res['attrition']['cost']).T.to_string())
-    return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence', 'n_queries', 'llm_stats', 'files')})
+    return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence_papers', 'n_evidence', 'n_queries', 'llm_stats', 'files')})
 
 def _cmd_filter(args):
     return _say(args, filter_queries(args.corpus, args.queries, args.k, args.out, getattr(args, 'cache_dir', None)))

@@ -153,8 +153,10 @@ def model_chat_server(llm=None, delay: float = 0.0) -> 'ScriptedChatServer':
     def answer(req):
         fmt = req.get('response_format') or {}
         schema = (fmt.get('json_schema') or {}).get('schema') if fmt.get('type') == 'json_schema' else None
-        c = llm._complete(req.get('messages') or [], temperature=float(req.get('temperature') or 0.0), max_tokens=int(req.get('max_tokens') or 256),
-                          seed=int(req.get('seed') or 0), json_mode=bool(fmt), schema=schema)
+        try: c = llm._complete(req.get('messages') or [], temperature=float(req.get('temperature') or 0.0), max_tokens=int(req.get('max_tokens') or 256),
+                               seed=int(req.get('seed') or 0), json_mode=bool(fmt), schema=schema)
+        except Exception as e:     # answered as a server would, with the reason (not a dropped connection the client retries)
+            return {'status': 400, 'body': json.dumps({'error': {'message': f'{type(e).__name__}: {e}'}})}
         return {'content': c.text, 'delay': delay,
                 'usage': {'prompt_tokens': c.prompt_tokens, 'completion_tokens': c.completion_tokens, 'total_tokens': c.prompt_tokens + c.completion_tokens}}
     srv = ScriptedChatServer(default=answer)

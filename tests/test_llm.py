@@ -180,6 +180,7 @@ def test_structured_outputs_step_down(tmp_path):
         fmts = [(q['json'].get('response_format') or {}).get('type') for q in srv.requests]
         assert fmts == ['json_schema', 'json_object', None]
         assert srv.requests[0]['json']['response_format']['json_schema']['schema'] == SCHEMA
+        assert not llm.fingerprint.endswith('+schema')                  # later answers are cached as what they are
     with ScriptedChatServer(default='{"question": "Which detector saw it first?"}') as srv:
         llm = llm_for(srv, tmp_path / 'b', 'structured=true')
         llm.chat(ASK, schema=SCHEMA); llm.chat(ASK)                    # no schema: no response_format at all
