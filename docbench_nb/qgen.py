@@ -94,9 +94,10 @@ REPHRASE_LEVELS = {
 def rephrase_prompt(level: int) -> Prompt:
     "The stage-7 prompt for rephrasing `level` (1-3)."
     if level not in REPHRASE_LEVELS: raise ValueError(f"rephrasing level must be 1, 2 or 3, got {level!r}")
-    return Prompt(f'rephrase_{level}', 'reph-1', 'You rephrase search questions. Reply with JSON only.',
+    # the placeholder names what goes there: small models copy a literal "..." into the answer
+    return Prompt(f'rephrase_{level}', 'reph-2', 'You rephrase search questions. Reply with JSON only.',
                   f'QUESTION: {{query}}\n\n{REPHRASE_LEVELS[level]} The answer must stay the same.\n'
-                  'Reply as JSON: {{"rephrasing": "..."}}', _obj({'rephrasing': _S}), 160)
+                  'Reply as JSON: {{"rephrasing": "<the rephrased question>"}}', _obj({'rephrasing': _S}), 160)
 
 REPHRASE_CHECK = Prompt('rephrase_check', 'rchk-1', 'You compare two questions. Reply with JSON only.',
     'ORIGINAL: {query}\nREPHRASED: {rephrasing}\nANSWER OF THE ORIGINAL: {answer}\n\nDoes the rephrased question ask the same '
