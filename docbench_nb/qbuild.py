@@ -135,7 +135,7 @@ def _cmd_build(args):
     if ev is not None: ev = int(ev) if ev.strip().isdigit() else [x.strip() for x in ev.split(',') if x.strip()]
     res = build_queries(args.corpus, _make_llm(args), args.out, types=[t.strip() for t in args.types.split(',') if t.strip()],
                         per_paper=args.per_paper, bm25_k=args.bm25_k, cache_dir=getattr(args, 'cache_dir', None),
-                        drop_ambiguous=args.drop_ambiguous, top_n=args.top_n, evidence_papers=ev,
+                        drop_ambiguous=args.drop_ambiguous, top_n=args.top_n, evidence_papers=ev, on_rephrase_fail=args.on_rephrase_fail,
                         progress=not getattr(args, 'quiet', False))
     if not getattr(args, 'quiet', False):
         import pandas as pd
@@ -161,6 +161,8 @@ def add_queries_parser(sub):
     b.add_argument('--types', default='text,table,figure'); b.add_argument('--per-paper', type=int, default=2)
     b.add_argument('--bm25-k', type=int, default=5); b.add_argument('--top-n', type=int, default=5)
     b.add_argument('--drop-ambiguous', action='store_true'); b.add_argument('--out', default='queries_out')
+    b.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='drop',
+                   help='a query whose rephrasing fails: dropped, or kept with the levels that passed (flagged)')
     b.add_argument('--evidence-papers', default=None, help='draw evidence from N sampled papers (seed 0) or from these ids (a,b,...); '
                    'the whole corpus stays in the BM25 and false-negative index')
     b.set_defaults(fn=_cmd_build)
