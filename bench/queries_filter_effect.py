@@ -19,6 +19,13 @@ ap.add_argument('--k', type=int, default=5); ap.add_argument('--retrievers', def
 a = ap.parse_args()
 tmp = Path(tempfile.mkdtemp(prefix='filter-effect-'))
 
+def md(df) -> str:
+    "A markdown table (no tabulate dependency)."
+    cols = [df.index.name or ''] + [str(c) for c in df.columns]
+    f = lambda v: f'{v:.3f}' if isinstance(v, float) else str(v)
+    return '\n'.join(['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+                     + ['| ' + ' | '.join([str(i)] + [f(v) for v in row]) + ' |' for i, row in zip(df.index, df.itertuples(index=False))])
+
 sets = {'dev: all': Path(a.dev)}
 fr = filter_queries(a.corpus, a.dev, a.k, tmp / 'dev_kept.jsonl')
 sets[f'dev: kept by the filter (k={a.k})'] = tmp / 'dev_kept.jsonl'
@@ -39,14 +46,14 @@ for name, path in sets.items():
         if res and name.startswith('generated: final'): final.append(res)
     rows.append(row)
 df = pd.DataFrame(rows).set_index('query set')
-text = df.to_markdown(floatfmt='.3f')
+text = md(df)
 print(text)
 print(f"\ndev gold ranks under BM25: {sorted(fr['ranks'].values())}")
 if final:
     from docbench_nb.robustness import robustness_table
     print('\nthe final queries, every level:')
-    for res in final: print(res.table().to_markdown(floatfmt='.3f'))
+    for res in final: print(md(res.table()))
     rob = robustness_table([r.to_dict() for r in final])
-    print(rob.to_markdown(floatfmt='.3f'))
-    text += '\n\n' + '\n\n'.join(r.table().to_markdown(floatfmt='.3f') for r in final) + '\n\n' + rob.to_markdown(floatfmt='.3f')
+    print(md(rob))
+    text += '\n\n' + '\n\n'.join(md(r.table()) for r in final) + '\n\n' + md(rob)
 if a.out: Path(a.out).write_text(text + '\n')
