@@ -489,14 +489,17 @@ def _quote_starts(tok) -> list:
     return tok._docbench_quote_ids
 
 def _continuation_logprob(model, tok, text: str, cont: str) -> float:
-    "log P(cont | text) under the model (the sum over cont's tokens)."
+    """log P(cont | text) under the model (the sum over cont's tokens). Scored from where the tokenizations of `text` and
+    `text + cont` part (a trailing space merges into the next token in byte-level BPE, a leading one is added by
+    SentencePiece); only the positions scored go through the LM head."""
     import torch
-    a = tok(text, add_special_tokens=False, return_tensors='pt')['input_ids']
-    b = tok(text + cont, add_special_tokens=False, return_tensors='pt')['input_ids']
-    n = a.shape[1]
-    if b.shape[1] <= n or not torch.equal(b[0, :n], a[0]): n = b.shape[1] - len(tok(cont, add_special_tokens=False)['input_ids'])
-    logp = torch.log_softmax(model(b).logits[0, n - 1:-1].float(), -1)
-    return float(logp.gather(1, b[0, n:, None]).sum())
+    a, b = tok(text, add_special_tokens=False)['input_ids'], tok(text + cont, add_special_tokens=False)['input_ids']
+    n, lim = 0, min(len(a), len(b) - 1)
+    while n < lim and a[n] == b[n]: n += 1
+    n = max(n, 1)
+    x = torch.tensor([b])
+    logits = model(x, logits_to_keep=len(b) - n + 1).logits[0, :-1].float()
+    return float(torch.log_softmax(logits, -1).gather(1, x[0, n:, None]).sum())
 
 def _generate_until(model, tok, text: str, stop: str, budget: int, temperature: float, bar_quote: bool) -> tuple:
     "`(new text, n tokens)`: the model's continuation of `text` up to `stop` (included) or `budget` tokens."
