@@ -11,7 +11,8 @@ from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['CACHE_STAGES', 'cache_root', 'stage_dir', 'content_key', 'file_sha256', 'atomic_open', 'atomic_write',
-           'atomic_write_json', 'atomic_save_npy', 'read_json_entry', 'cached_compute']
+           'atomic_write_json', 'atomic_save_npy', 'read_json_entry', 'load_npy_checked', 'load_npy_verified',
+           'cache_verify', 'cache_clear', 'add_cache_parsers', 'cmd_cache', 'cached_compute']
 
 # %% ../nbs/00c_cache.ipynb #36dfe9d6
 CACHE_STAGES = ('papers', 'sources', 'figures', 'renders', 'ocr', 'embeddings', 'tokens', 'descriptions', 'llm')
@@ -70,10 +71,18 @@ def atomic_write_json(path, obj, fsync: bool = True, **kw) -> Path:
     return atomic_write(path, json.dumps(obj, **kw), fsync=fsync)
 
 def atomic_save_npy(path, arr, fsync: bool = True) -> Path:
-    "`np.save` to `path` atomically (no pickles)."
+    "`np.save` to `path` atomically (no pickles), and its sha256 beside it (`path.sha256`) for `load_npy_checked`."
     import numpy as np
-    with atomic_open(path, 'wb', fsync=fsync) as f: np.save(f, arr, allow_pickle=False)
+    h = hashlib.sha256()
+    class _Hashing(io.RawIOBase):                    # hash the bytes on their way to the file: one pass
+        def __init__(self, f): self.f = f
+        def writable(self): return True
+        def write(self, b): h.update(b); return self.f.write(b)
+    with atomic_open(path, 'wb', fsync=fsync) as f: np.save(_Hashing(f), arr, allow_pickle=False)
+    atomic_write(_sum_path(path), h.hexdigest(), fsync=fsync)
     return Path(path)
+
+def _sum_path(path) -> Path: return Path(str(path) + '.sha256')
 
 # %% ../nbs/00c_cache.ipynb #041d659a
 def read_json_entry(path) -> Optional[dict]:
@@ -90,6 +99,110 @@ def read_json_entry(path) -> Optional[dict]:
     warnings.warn(f"cache entry {path} {why}: removed, will be recomputed")
     with contextlib.suppress(OSError): path.unlink()
     return None
+
+# %% ../nbs/00c_cache.ipynb #2b207ffb
+def _npy_problem(path, arr) -> Optional[str]:
+    import numpy as np
+    if arr.dtype.kind in 'fc' and arr.size and not np.isfinite(arr).all(): return 'holds non-finite values'
+    return None
+
+def _check_npy(path, mmap):
+    "`(array, None)` or `(None, what is wrong)` for the `.npy` at `path`."
+    import numpy as np
+    sp = _sum_path(path)
+    try:
+        if sp.exists() and file_sha256(path) != sp.read_text().strip(): return None, 'does not match its checksum'
+        arr = np.load(path, mmap_mode='r' if mmap else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        return None, f'cannot be read ({type(e).__name__}: {e})' if str(e) else f'cannot be read ({type(e).__name__})'
+    why = _npy_problem(path, arr)
+    return (None, why) if why else (arr, None)
+
+def load_npy_checked(path, mmap: bool = False, what: str = 'cache entry', remove: bool = True):
+    """The array at `path`, or None (with a warning naming the file) when it is damaged: checksum mismatch, unreadable
+    or truncated, non-finite floats. A damaged entry is removed (`remove`), so the caller recomputes it."""
+    path = Path(path)
+    if not path.exists(): return None
+    arr, why = _check_npy(path, mmap)
+    if why is None: return arr
+    warnings.warn(f"{what} {path} {why}: dropped, will be recomputed")
+    if remove:
+        for q in (path, _sum_path(path)):
+            with contextlib.suppress(OSError): q.unlink()
+    return None
+
+def load_npy_verified(path, mmap: bool = False):
+    "The array at `path`, checked like `load_npy_checked`; damage raises `ValueError` naming the file (saved indexes are not recomputed)."
+    arr, why = _check_npy(Path(path), mmap)
+    if why: raise ValueError(f"{path} {why}")
+    return arr
+
+# %% ../nbs/00c_cache.ipynb #22559b2a
+def _json_problem(path) -> Optional[str]:
+    try: d = json.loads(Path(path).read_text(encoding='utf-8'))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: return f'is not valid JSON ({type(e).__name__})'
+    return None if isinstance(d, dict) or not Path(path).parent.name == 'papers' else 'is not a JSON object'
+
+def cache_verify(cache_dir=None, fix: bool = False, stages=None) -> dict:
+    "Check every `.npy` (checksum, finiteness) and `.json` entry under the cache root (not the unpacked `sources`); `fix` removes the damaged ones."
+    root = cache_root(cache_dir)
+    rep = {'root': str(root), 'checked': 0, 'bad': [], 'by_stage': {}}
+    for stage in (stages or [s for s in CACHE_STAGES if s != 'sources']):   # sources: unpacked papers, not our entries
+        d, n = root / stage, 0
+        if not d.is_dir(): continue
+        for p in sorted(d.rglob('*')):
+            if not p.is_file() or p.name.startswith('.') or p.suffix not in ('.npy', '.json'): continue
+            n += 1
+            if p.suffix == '.npy':
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter('always')
+                    ok = load_npy_checked(p, mmap=True, remove=fix) is not None
+                why = None if ok else str(caught[0].message).split(f'{p} ', 1)[-1].split(':')[0] if caught else 'unreadable'
+            else:
+                why = _json_problem(p)
+                if why and fix:
+                    with contextlib.suppress(OSError): p.unlink()
+            if why: rep['bad'].append({'path': str(p), 'stage': stage, 'problem': why})
+        rep['by_stage'][stage] = n; rep['checked'] += n
+    return rep
+
+def cache_clear(cache_dir=None, kinds=None) -> dict:
+    "Remove the stages `kinds` (default: all of `CACHE_STAGES`) under the cache root; `{stage: bytes freed}`."
+    import shutil
+    root, out = cache_root(cache_dir), {}
+    for k in (kinds or CACHE_STAGES):
+        d = stage_dir(k, cache_dir)                        # refuses unknown stages
+        if d.is_dir():
+            out[k] = sum(p.stat().st_size for p in d.rglob('*') if p.is_file() and not p.is_symlink())
+            shutil.rmtree(d)
+    return out
+
+# %% ../nbs/00c_cache.ipynb #39b715ab
+def add_cache_parsers(sub):
+    "Add `cache verify` and `cache clear` to the argparse subparsers `sub` (the cache root: the global `--cache-dir`)."
+    p = sub.add_parser('cache', help='check or clear the docbench cache')
+    csub = p.add_subparsers(dest='cache_cmd', required=True)
+    v = csub.add_parser('verify', help='check every cache entry (checksums, finite vectors, readable JSON)')
+    v.add_argument('--fix', action='store_true', help='remove damaged entries (they are recomputed on the next run)')
+    v.add_argument('--json', action='store_true', help='print the report as JSON')
+    c = csub.add_parser('clear', help='remove cache stages')
+    c.add_argument('--kinds', nargs='+', choices=CACHE_STAGES, default=None, help='stages to remove (default: all)')
+    p.set_defaults(fn=cmd_cache)
+    return p
+
+def cmd_cache(args) -> int:
+    "Run `docbench cache verify|clear`; returns the exit status."
+    cache_dir = getattr(args, 'cache_dir', None)
+    if args.cache_cmd == 'clear':
+        freed = cache_clear(cache_dir, args.kinds)
+        print(f"cleared {', '.join(freed) or 'nothing'} under {cache_root(cache_dir)} ({sum(freed.values()) / 1e6:.1f} MB)")
+        return 0
+    rep = cache_verify(cache_dir, fix=args.fix)
+    if args.json: print(json.dumps(rep, indent=1))
+    else:
+        print(f"{rep['checked']} entries checked under {rep['root']}: {len(rep['bad'])} damaged" + (' (removed)' if args.fix and rep['bad'] else ''))
+        for b in rep['bad']: print(f"  {b['path']}: {b['problem']}")
+    return 0 if not rep['bad'] or args.fix else 1
 
 # %% ../nbs/00c_cache.ipynb #72f84d97
 def cached_compute(cache, fp: str, keys: Sequence[str], texts: Sequence, compute, meta=None, shard_size: int = 256,

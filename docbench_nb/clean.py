@@ -215,7 +215,9 @@ def _args(self:_Cleaner, k, end, spec):
             if p is None or p >= end: out.append(None); continue
             out.append((k2 + 1, p)); k = p + 1
         elif ch == '\\':
-            cm = CS_RE.match(s, k2); out.append((k2, cm.end())); k = cm.end()
+            cm = CS_RE.match(s, k2)
+            if cm is None: out.append(None); continue          # a lone backslash at the very end of the text
+            out.append((k2, cm.end())); k = cm.end()
         elif ch in '}[]$&%': out.append(None)
         else: out.append((k2, k2 + 1)); k = k2 + 1
     return out, k

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 from .spec import Option, KindInfo, SpecError, parse_spec, check_spec
-from .cache import stage_dir, content_key, atomic_save_npy, atomic_write_json, cached_compute
+from .cache import stage_dir, content_key, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked
 from fastcore.basics import patch
 
 # %% auto #0
@@ -447,12 +447,12 @@ class EmbeddingCache:
         for kf in sorted(d.glob('*.keys.npy')) if d.is_dir() else []:
             stem = kf.name[:-len('.keys.npy')]
             vf = d/f"{stem}.vecs.npy"
-            try:
-                keys = np.load(kf, allow_pickle=False)
-                n = np.load(vf, mmap_mode='r').shape[0]
-            except (OSError, ValueError) as e:
-                warnings.warn(f"embedding cache: skipping unreadable shard {kf} ({e})"); continue
-            if n != len(keys): warnings.warn(f"embedding cache: skipping shard {kf}: {len(keys)} keys but {n} vectors"); continue
+            keys = load_npy_checked(kf, what='embedding cache shard')             # checksum, readability, finiteness
+            vecs = None if keys is None else load_npy_checked(vf, mmap=True, what='embedding cache shard')
+            if vecs is None or vecs.ndim != 2 or len(vecs) != len(keys):
+                if vecs is not None: warnings.warn(f"embedding cache shard {vf}: {len(keys)} keys but vectors of shape {vecs.shape}: dropped")
+                for q in (kf, vf, Path(f'{kf}.sha256'), Path(f'{vf}.sha256')): q.unlink(missing_ok=True)
+                continue
             for r, k in enumerate(keys.astype(str)): idx[k] = (stem, r)
         self._index[fp] = idx
         return idx

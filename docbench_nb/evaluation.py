@@ -4,11 +4,12 @@
 
 # %% ../nbs/08_evaluate.ipynb #1dadccf2
 from __future__ import annotations
-import hashlib, json, time, resource
+import hashlib, json, os, time, resource
 from pathlib import Path
 from .records import Paper, PaperError, Run
 from . import latex, parse
 from .cache import stage_dir, atomic_write_json, read_json_entry
+from .workers import imap_bounded, WorkFailure
 from .represent import represent, REPRESENTATIONS, make_describer, takes_describer
 import docbench_nb.visual  # registers figures / pages / interleaved
 from .retrievers import make_retriever, default_chunk_size, DEFAULT_MAX_PIXELS
@@ -17,7 +18,7 @@ from .metrics import score_run
 from .result import Result, METRIC_KEYS, result_metrics
 
 # %% auto #0
-__all__ = ['source_key', 'load_papers', 'evaluate', 'format_result']
+__all__ = ['PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'source_key', 'corpus_sources', 'load_papers', 'evaluate', 'format_result']
 
 # %% ../nbs/08_evaluate.ipynb #a625224a
 def _hash_path(path: Path, h) -> None:
@@ -27,7 +28,7 @@ def _hash_path(path: Path, h) -> None:
         return
     for p in sorted(path.rglob('*')):
         if p.is_file() and not p.is_symlink():
-            h.update(str(p.relative_to(path)).encode()); h.update(b'\0')
+            h.update(os.fsencode(p.relative_to(path))); h.update(b'\0')    # any file name, UTF-8 or not
             _hash_path(p, h)
 
 def source_key(src) -> str:
@@ -36,34 +37,81 @@ def source_key(src) -> str:
     _hash_path(Path(src), h)
     return h.hexdigest()[:32]
 
+def _printable(s: str) -> str:
+    "`s` with the undecodable bytes of a file name (surrogate escapes) written as `\\xNN`, so it can be stored as UTF-8."
+    return os.fsencode(s).decode('utf-8', 'backslashreplace') if any('\udc80' <= c <= '\udcff' for c in s) else s
+
+# %% ../nbs/08_evaluate.ipynb #85410fec
+def corpus_sources(corpus, gold_ids=()) -> list:
+    "The paper sources of `corpus` (a folder of papers, or a list of sources); `ValueError` when it holds none."
+    if not isinstance(corpus, (str, os.PathLike)): srcs = [str(s) for s in corpus]
+    else:
+        if not os.path.exists(corpus): raise ValueError(f"corpus {str(corpus)!r} does not exist")
+        srcs = latex.iter_sources(str(corpus))
+        gold = set(gold_ids)
+        if srcs == [str(corpus)] and os.path.isdir(corpus) and gold and latex.paper_id_from_path(corpus) not in gold:
+            subs = sorted(str(d) for d in Path(corpus).iterdir() if not d.name.startswith('.'))
+            if gold <= {latex.paper_id_from_path(d) for d in subs}:
+                srcs = [d for d in subs if latex.iter_sources(d) == [d] and (os.path.isfile(d) or latex.paper_id_from_path(d) in gold)]
+    if not srcs: raise ValueError(f"corpus {str(corpus)!r} holds no paper sources (folders or archives with LaTeX)")
+    return srcs
+
 # %% ../nbs/08_evaluate.ipynb #c618bc34
-def load_papers(srcs, cache_dir=None, progress=True):
-    "Parse `srcs` (a list of sources, or one folder of papers) with a per-paper cache. Returns `(papers, errors)`."
-    if isinstance(srcs, (str, Path)): srcs = latex.iter_sources(str(srcs))
-    from tqdm.auto import tqdm
+PARSE_TIME_LIMIT, PARSE_MEMORY_MB = 120.0, 4096   # per paper, in its worker
+
+def _parse_one(src_and_cache):
+    "A `Paper` or `PaperError` for one source (what a worker runs); ids and file names made storable."
+    src, cache_dir = src_and_cache
+    pid = _printable(latex.paper_id_from_path(src))
+    try: rec = parse.parse_paper(src, id=pid, cache_dir=cache_dir)
+    except parse.PaperParseError as e: rec = PaperError(e.paper, e.reason, e.file)
+    except Exception as e: rec = PaperError(pid, f'unexpected {type(e).__name__}: {e}', str(src))
+    if isinstance(rec, PaperError) and rec.file: rec.file = _printable(rec.file)
+    return rec
+
+def _cached_record(d, time_limit, memory_mb):
+    "The record stored in cache entry `d`, or None when it must be parsed again (absent, or a limit now raised)."
+    if d is None or not ('error' in d or 'paper' in d): return None
+    if 'paper' in d: return Paper.from_dict(d['paper'])
+    hit, lim = d.get('limit'), d.get('limits') or {}
+    if hit == 'time' and (time_limit is None or time_limit > lim.get('time_s', 0)): return None
+    if hit == 'memory' and (memory_mb is None or memory_mb > lim.get('memory_mb', 0)): return None
+    return PaperError.from_dict(d['error'])
+
+def _store(f, rec, failure, time_limit, memory_mb):
+    d = ({'paper': rec.to_dict()} if isinstance(rec, Paper) else
+         {'error': rec.to_dict(), **({'limit': failure.kind, 'limits': {'time_s': time_limit, 'memory_mb': memory_mb}}
+                                     if failure is not None and failure.kind in ('time', 'memory') else {})})
+    try: atomic_write_json(f, d)
+    except UnicodeEncodeError: atomic_write_json(f, d, ensure_ascii=True)   # a folder name that is not UTF-8
+
+# %% ../nbs/08_evaluate.ipynb #c618bd35
+def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB):
+    """Parse `srcs` (a list of sources, or one folder of papers) with a per-paper cache, on `workers` processes (default:
+    every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Returns `(papers, errors)` in source order."""
+    srcs = corpus_sources(srcs)
     root = stage_dir('papers', cache_dir)
-    papers, errors = [], []
-    for src in tqdm(list(srcs), desc='parse', disable=not progress):
-        f = root / f'{source_key(src)}.json'
-        d = read_json_entry(f)
-        if d is not None and ('error' in d or 'paper' in d):
-            (errors.append(PaperError.from_dict(d['error'])) if 'error' in d else papers.append(Paper.from_dict(d['paper'])))
-            continue
-        rec = next(iter(parse.parse_corpus([src], progress=False, cache_dir=cache_dir)))
-        if isinstance(rec, PaperError):
-            errors.append(rec); atomic_write_json(f, {'error': rec.to_dict()})
-        else:
-            papers.append(rec); atomic_write_json(f, {'paper': rec.to_dict()})
-    return papers, errors
+    files = [root / f'{source_key(s)}.json' for s in srcs]
+    out = [_cached_record(read_json_entry(f), time_limit, memory_mb) for f in files]
+    todo = [i for i, r in enumerate(out) if r is None]
+    for j, rec in imap_bounded(_parse_one, [(srcs[i], cache_dir) for i in todo], workers=workers, time_limit=time_limit,
+                               memory_mb=memory_mb, desc=f'parse ({len(srcs) - len(todo)} cached)', progress=progress):
+        i, failure = todo[j], None
+        if isinstance(rec, WorkFailure):
+            failure, rec = rec, PaperError(_printable(latex.paper_id_from_path(srcs[i])), f'parse {rec.reason}', _printable(str(srcs[i])))
+        out[i] = rec; _store(files[i], rec, failure, time_limit, memory_mb)
+    return [r for r in out if isinstance(r, Paper)], [r for r in out if isinstance(r, PaperError)]
 
 # %% ../nbs/08_evaluate.ipynb #c3f20f37
 def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_size=None, overlap=0, k=10,
-             cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, device=None, **represent_kw) -> Result:
+             cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, device=None, workers=None,
+             **represent_kw) -> Result:
     """Evaluate one configuration on `corpus` (folder/sources) with the query file `queries`; returns its `Result`.
-    `chunk_size=None`: the retriever's encoder window (256 tokens for MiniLM), else 512 (BM25); `config` records which."""
+    `chunk_size=None`: the retriever's encoder window (256 tokens for MiniLM), else 512 (BM25); `config` records which.
+    `workers`: parse processes (default every core). Options, retriever spec and queries are checked before parsing."""
     timings, t, pre_warnings, desc = {}, time.time(), [], None
     if representation not in REPRESENTATIONS:        # before any parsing or model loading
         raise ValueError(f"unknown representation {representation!r}; expected one of {sorted(REPRESENTATIONS)}")
@@ -75,12 +123,17 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     elif describer is not None:
         pre_warnings.append(f"describer {getattr(describer, 'name', describer)!r} ignored: representation "
                             f"{representation!r} has no figure descriptions")
-    if papers is None: papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
+    # everything that can be checked without parsing is checked first: the retriever spec, the queries' gold ids
+    ret = make_retriever(retriever, cache_dir=cache_dir, max_pixels=max_pixels, device=device)
+    if papers is None:
+        gold = {d for q in load_queries(queries, levels=levels) for d in q.doc_ids}
+        srcs = corpus_sources(corpus, gold)
+        load_queries(queries, known_doc_ids={_printable(latex.paper_id_from_path(s)) for s in srcs}, levels=levels)
+        papers, errors = load_papers(srcs, cache_dir=cache_dir, progress=progress, workers=workers)
     else: errors = []
     timings['parse_s'] = time.time() - t
     if not papers: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
     qs = load_queries(queries, known_doc_ids={p.id for p in papers}, levels=levels)
-    ret = make_retriever(retriever, cache_dir=cache_dir, max_pixels=max_pixels, device=device)
     if chunk_size is None:
         chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')
     else: chunk_size, chunk_from = int(chunk_size), 'given'

@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from .records import Unit, Query, Run
 from .spec import Option
-from .cache import stage_dir, atomic_save_npy, atomic_write_json, cached_compute
+from .cache import stage_dir, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked, load_npy_verified
 from .unitindex import group_by_doc, write_units, read_units, check_units, top_docs
 from .encoders import (default_text_model_path, resolve_model_folder, read_st_config, model_slug, resolve_dtype,
                                   folder_digest, check_texts, model_fingerprint, text_key)
@@ -221,14 +221,15 @@ class TokenCache:
         idx, d = {}, self.root/fp
         for kf in sorted(d.glob('*.keys.npy')) if d.is_dir() else []:
             stem = kf.name[:-len('.keys.npy')]
-            try:
-                keys = np.load(kf, allow_pickle=False).astype(str)
-                off = np.load(d/f"{stem}.off.npy", allow_pickle=False)
-                n = np.load(d/f"{stem}.tok.npy", mmap_mode='r').shape[0]
-            except (OSError, ValueError) as e:
-                warnings.warn(f"token cache: skipping unreadable shard {kf} ({e})"); continue
-            if len(off) != len(keys) + 1 or off[-1] != n:
-                warnings.warn(f"token cache: skipping inconsistent shard {kf}"); continue
+            files = [kf, d/f"{stem}.off.npy", d/f"{stem}.tok.npy"]
+            keys = load_npy_checked(files[0], what='token cache shard')              # checksum, readability, finiteness
+            off = None if keys is None else load_npy_checked(files[1], what='token cache shard')
+            tok = None if off is None else load_npy_checked(files[2], mmap=True, what='token cache shard')
+            if tok is None or len(off) != len(keys) + 1 or off[-1] != tok.shape[0]:
+                if tok is not None: warnings.warn(f"token cache shard {kf} is inconsistent: dropped, will be recomputed")
+                for q in files + [Path(f'{q}.sha256') for q in files]: q.unlink(missing_ok=True)
+                continue
+            keys = keys.astype(str)
             for r, k in enumerate(keys): idx[k] = (stem, int(off[r]), int(off[r + 1]))
         self._index[fp] = idx
         return idx
@@ -423,8 +424,8 @@ def load(cls: LateInteractionIndex, folder, mmap: bool = False) -> 'LateInteract
     meta = json.loads((folder/'index.json').read_text()) if (folder/'index.json').is_file() else None
     if not meta or meta.get('kind') != 'LateInteractionIndex': raise ValueError(f"{folder}: no saved LateInteractionIndex (index.json missing or of another kind)")
     ix = cls(meta['dim'], meta['dtype'])
-    ix.tokens = np.load(folder/'tokens.npy', mmap_mode='r' if mmap else None, allow_pickle=False)
-    ix.offsets = np.load(folder/'offsets.npy', allow_pickle=False)
+    ix.tokens = load_npy_verified(folder/'tokens.npy', mmap=mmap)      # checksum and finiteness: a damaged file is named
+    ix.offsets = load_npy_verified(folder/'offsets.npy')
     ix.units = read_units(folder/'units.jsonl')
     if (len(ix.units), ix.tokens.shape, len(ix.offsets)) != (meta['n_units'], (meta['n_tokens'], meta['dim']), meta['n_units'] + 1):
         raise ValueError(f"{folder}: index.json disagrees with the stored arrays (units {len(ix.units)}, tokens {ix.tokens.shape})")

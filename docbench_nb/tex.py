@@ -7,10 +7,10 @@ from __future__ import annotations
 import bisect, functools, re
 
 # %% auto #0
-__all__ = ['VERBATIM_ENVS', 'NOT_CONDITIONALS', 'CS_RE', 'BRACKET_TOK', 'brace_pairs', 'match_brace', 'match_bracket', 'skip_ws',
-           'skip_ws_comments', 'read_cs', 'group_end_commented', 'read_group', 'read_opt', 'read_arg', 'env_pat',
-           'in_spans', 'find_env_end', 'verbatim_end', 'verbatim_spans', 'comment_spans', 'search_outside',
-           'document_bounds', 'document_body']
+__all__ = ['VERBATIM_ENVS', 'NOT_CONDITIONALS', 'CS_RE', 'BRACKET_TOK', 'SCAN_STATS', 'brace_pairs', 'match_brace',
+           'match_bracket', 'skip_ws', 'skip_ws_comments', 'read_cs', 'group_end_commented', 'read_group', 'read_opt',
+           'read_arg', 'env_pat', 'in_spans', 'find_env_end', 'verbatim_end', 'verbatim_spans', 'comment_spans',
+           'search_outside', 'document_bounds', 'document_body']
 
 # %% ../nbs/01a_tex.ipynb #d2c7bd0c
 VERBATIM_ENVS = frozenset('''verbatim verbatim* Verbatim Verbatim* BVerbatim LVerbatim spverbatim lstlisting minted
@@ -161,19 +161,72 @@ def in_spans(i, spans) -> bool:
     k = bisect.bisect_right(spans, (i, float('inf'))) - 1
     return k >= 0 and spans[k][0] <= i < spans[k][1]
 
+SCAN_STATS = {'env_tokens': 0}   # environment tokens the finders visited: tests count this work instead of timing it
+_INDEX_MIN = 8192                # a text at least this long gets one index per environment name
+_INDEX_CACHE = {}                # id(text) -> (text, {(kind, env, id(skip)): (skip, index)}); the last few texts
+
+def _text_index(s, kind, env, skip, build):
+    "The index `build()` of text `s` for `(kind, env, skip)`, built once per text."
+    ent = _INDEX_CACHE.get(id(s))
+    if ent is None or ent[0] is not s:
+        if len(_INDEX_CACHE) >= 4: _INDEX_CACHE.clear()
+        ent = _INDEX_CACHE[id(s)] = (s, {})
+    key = (kind, env, id(skip))
+    got = ent[1].get(key)
+    if got is None or got[0] is not skip: got = ent[1][key] = (skip, build())
+    return got[1]
+
+# %% ../nbs/01a_tex.ipynb #6ff516af
+class _EnvIndex:
+    "Every `\\begin{env}` / `\\end{env}` of a text outside `skip`: offsets, and for each depth the token numbers it occurs before."
+    def __init__(self, s, env, skip):
+        self.starts, self.ends, self.depth, at = [], [], [0], {0: [0]}
+        d = 0
+        for m in env_pat(env).finditer(s):
+            if skip and in_spans(m.start(), skip): continue
+            self.starts.append(m.start()); self.ends.append(m.end())
+            d += 1 if m.group(1) == 'begin' else -1
+            self.depth.append(d); at.setdefault(d, []).append(len(self.starts))
+        self.at = at
+        SCAN_STATS['env_tokens'] += len(self.starts)
+
+    def close(self, i, stop):
+        t0 = bisect.bisect_left(self.starts, i)
+        after = self.at.get(self.depth[t0] - 1, ())
+        j = bisect.bisect_right(after, t0)
+        if j == len(after): return None
+        t = after[j] - 1                                 # the token that brings the depth below its start value
+        return (self.starts[t], self.ends[t]) if self.ends[t] <= stop else None
+
 def find_env_end(s, i, env, stop=None, skip=()):
     "`(start, end)` of the `\\end{env}` closing an environment whose body starts at `i` (nesting counted, matches in `skip` spans ignored), or None."
-    depth = 1
-    for m in env_pat(env).finditer(s, i, len(s) if stop is None else stop):
+    stop = len(s) if stop is None else stop
+    if len(s) >= _INDEX_MIN and '\\' not in env:
+        return _text_index(s, 'env', env, skip, lambda: _EnvIndex(s, env, skip)).close(i, stop)
+    depth, n = 1, 0
+    for m in env_pat(env).finditer(s, i, stop):
         if skip and in_spans(m.start(), skip): continue
+        n += 1
         depth += 1 if m.group(1) == 'begin' else -1
-        if depth == 0: return m.start(), m.end()
+        if depth == 0: SCAN_STATS['env_tokens'] += n; return m.start(), m.end()
+    SCAN_STATS['env_tokens'] += n
     return None
+
+def _literal_positions(s, lit):
+    out, e = [], s.find(lit)
+    while e >= 0: out.append(e); e = s.find(lit, e + 1)
+    SCAN_STATS['env_tokens'] += len(out)
+    return out
 
 def verbatim_end(s, env, i, stop=None):
     "`(start, end)` of the first literal `\\end{env}` at/after `i` (how a verbatim environment ends), or None."
-    e = s.find('\\end{%s}' % env, i, len(s) if stop is None else stop)
-    return None if e < 0 else (e, e + len(env) + 6)
+    stop, lit = len(s) if stop is None else stop, '\\end{%s}' % env
+    if len(s) >= _INDEX_MIN and '\\' not in env:
+        pos = _text_index(s, 'verbatim', env, (), lambda: _literal_positions(s, lit))
+        k = bisect.bisect_left(pos, i)
+        e = pos[k] if k < len(pos) and pos[k] + len(lit) <= stop else -1
+    else: e = s.find(lit, i, stop)
+    return None if e < 0 else (e, e + len(lit))
 
 # %% ../nbs/01a_tex.ipynb #faf0d850
 def _verbatim_re(envs):

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 from .records import Unit, Query, Run
 from fastcore.basics import patch
-from .cache import atomic_open, atomic_write, atomic_write_json, atomic_save_npy
+from .cache import atomic_open, atomic_write, atomic_write_json, atomic_save_npy, load_npy_verified
 
 # %% auto #0
 __all__ = ['group_by_doc', 'check_units', 'write_units', 'read_units', 'duplicate_ids', 'empty_run', 'check_query_ids',
@@ -228,7 +228,7 @@ def load(cls: DenseIndex, folder, backend: Optional[str] = None, mmap: bool = Fa
     folder = Path(folder)
     meta = json.loads((folder/'index.json').read_text()) if (folder/'index.json').is_file() else None
     if not meta or meta.get('kind') != 'DenseIndex': raise ValueError(f"{folder}: no saved DenseIndex (index.json missing or of another kind)")
-    vecs = np.load(folder/'vectors.npy', mmap_mode='r' if mmap else None, allow_pickle=False)
+    vecs = load_npy_verified(folder/'vectors.npy', mmap=mmap)          # checksum and finiteness: a damaged file is named
     units = read_units(folder/'units.jsonl')
     if vecs.shape != (meta['n_units'], meta['dim']) or len(units) != meta['n_units']:
         raise ValueError(f"{folder}: index.json says {meta['n_units']}x{meta['dim']} but found vectors {vecs.shape} and {len(units)} units")
