@@ -8,7 +8,8 @@ import os, re, io, gzip, bz2, lzma, zlib, json, shutil, stat, tarfile, zipfile, 
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
-from .tex import VERBATIM_ENVS, NOT_CONDITIONALS, verbatim_end, verbatim_spans, in_spans, search_outside, document_body
+from .tex import VERBATIM_ENVS, NOT_CONDITIONALS, verbatim_end, verbatim_spans, in_spans, search_outside, document_body, document_bounds
+import bisect
 from .cache import cache_root, file_sha256, atomic_write_json
 
 # %% auto #0
@@ -26,8 +27,11 @@ TEX_EXTS = ('.tex', '.ltx')
 
 # %% ../nbs/01_latex.ipynb #a0814826
 def read_text(path) -> tuple:
-    "Decode file `path` as UTF-8 (BOM allowed); fall back to cp1252/Latin-1 and return `(text, warning|None)`."
+    "Decode file `path` as UTF-8 (BOM allowed) or UTF-16 (by its BOM); fall back to cp1252/Latin-1. `(text, warning|None)`."
     data = Path(path).read_bytes()
+    if data[:2] in (b'\xff\xfe', b'\xfe\xff'):                  # UTF-16 (Windows editors): Latin-1 would give NUL-riddled garbage
+        try: return data.decode('utf-16'), f'{path}: UTF-16 (decoded by its byte-order mark)'
+        except UnicodeDecodeError: pass
     try: return data.decode('utf-8-sig'), None
     except UnicodeDecodeError: pass
     for enc in ('cp1252', 'latin-1'):
@@ -76,11 +80,12 @@ def _cond_table(text):
 
 # %% ../nbs/01_latex.ipynb #cbb708b7
 class _Out(list):
-    "Output pieces, tracking whether the current output line holds only blanks (keeps comment handling linear)."
+    "Output pieces, tracking whether the current output line holds only blanks (keeps comment handling linear); `at[k]` is where piece `k` starts in the input (-1: made up)."
     blank = True
-    def add(self, piece):
+    def __init__(self): super().__init__(); self.at = []
+    def add(self, piece, at=-1):
         if not piece: return
-        self.append(piece)
+        self.append(piece); self.at.append(at)
         k = piece.rfind('\n')
         if k >= 0: self.blank = piece[k + 1:].strip(' \t') == ''
         elif self.blank: self.blank = piece.strip(' \t') == ''
@@ -90,7 +95,7 @@ class _Out(list):
         while self:
             last = self[-1].rstrip(' \t')
             if last: self[-1] = last; break
-            self.pop()
+            self.pop(); self.at.pop()
         return True
 
 # %% ../nbs/01_latex.ipynb #3cc15660
@@ -103,7 +108,7 @@ def _strip_percent(text, s, out) -> int:
     k = e + 1
     while k < n and text[k] in ' \t': k += 1
     if out.drop_blank_tail(): return e + 1         # whole-line comment: the line and its newline vanish
-    if k >= n or text[k] in '\r\n': out.add('\n')  # a trailing comment eats the newline and next indentation,
+    if k >= n or text[k] in '\r\n': out.add('\n', e)  # a trailing comment eats the newline and next indentation,
     return k                                       # but a following blank line still ends the paragraph
 
 # %% ../nbs/01_latex.ipynb #7699aa82
@@ -112,11 +117,11 @@ def _strip_begin(text, s, cm, out) -> int:
     n = len(text)
     be = _begin_env(text, s)
     if not (be and (be[0] in VERBATIM_ENVS or be[0] == 'comment')):
-        out.add(cm.group(0)); return cm.end()
+        out.add(cm.group(0), s); return cm.end()
     env, j = be
     ee = verbatim_end(text, env, j) or (n, n)
-    if env != 'comment': out.add(text[s:ee[1]]); return ee[1]
-    if ee[0] == n: out.add(cm.group(0)); return cm.end()   # unterminated: keep the text rather than lose the paper
+    if env != 'comment': out.add(text[s:ee[1]], s); return ee[1]
+    if ee[0] == n: out.add(cm.group(0), s); return cm.end()   # unterminated: keep the text rather than lose the paper
     b = ee[1]
     le = text.find('\n', b); le = n if le < 0 else le
     if text[b:le].strip(' \t') == '' and out.drop_blank_tail(): b = min(le + 1, n)
@@ -129,19 +134,19 @@ def _strip_verb(text, s, cm, out) -> int:
         um = _url_arg_re.match(text, j); j = um.end() if um else j
     if j < n and text[j] == '{' and name != 'verb':
         um = _url_arg_re.match(text, j)
-        if um: out.add(text[s:um.end()]); return um.end()
+        if um: out.add(text[s:um.end()], s); return um.end()
     if j < n and not text[j].isalpha() and text[j] not in ' \t\n':
         e = text.find(text[j], j + 1); nl = text.find('\n', j + 1)
-        if e > 0 and (nl < 0 or e < nl): out.add(text[s:e + 1]); return e + 1
-    out.add(cm.group(0)); return cm.end()
+        if e > 0 and (nl < 0 or e < nl): out.add(text[s:e + 1], s); return e + 1
+    out.add(cm.group(0), s); return cm.end()
 
 def _strip_url(text, s, cm, out) -> int:
     "`\\url{..}` and friends at `s`: the brace-free argument is copied as it is (URLs hold `%`)."
     n, j = len(text), cm.end()
     while j < n and text[j] in ' \t': j += 1
     um = _url_arg_re.match(text, j)
-    if um: out.add(text[s:um.end()]); return um.end()
-    out.add(cm.group(0)); return cm.end()
+    if um: out.add(text[s:um.end()], s); return um.end()
+    out.add(cm.group(0), s); return cm.end()
 
 # %% ../nbs/01_latex.ipynb #6c363799
 def _strip_cond(text, s, cm, out, conds, _depth) -> int:
@@ -149,40 +154,47 @@ def _strip_cond(text, s, cm, out, conds, _depth) -> int:
     n, name = len(text), cm.group(1)
     if 'table' not in conds: conds['table'] = _cond_table(text)
     ext = conds['table'].get(s)
-    if ext is None: out.add(cm.group(0)); return cm.end()    # no matching \fi: leave it alone
+    if ext is None: out.add(cm.group(0), s); return cm.end()    # no matching \fi: leave it alone
     es, ee, fs, fe = ext
-    if name == 'iffalse': kept = text[ee:fs] if es is not None else ''
-    else: kept = text[cm.end():es if es is not None else fs]
+    if name == 'iffalse': kept, base = (text[ee:fs], ee) if es is not None else ('', ee)
+    else: kept, base = text[cm.end():es if es is not None else fs], cm.end()
     b = fe
     le = text.find('\n', b); le = n if le < 0 else le
     if not kept.strip() and text[b:le].strip(' \t') == '' and out.drop_blank_tail(): b = min(le + 1, n)
     if kept.strip():   # the kept branch may hold comments and more conditionals
-        out.add(strip_comments(kept, _depth + 1) if _depth < 50 else kept)
+        if _depth >= 50: out.add(kept, base)
+        else:
+            inner = _strip_out(kept, _depth + 1)
+            for piece, at in zip(inner, inner.at): out.add(piece, base + at if at >= 0 else -1)
     return b
 
 # %% ../nbs/01_latex.ipynb #7b54c842
 def _strip_cs(text, s, out, conds, _depth) -> int:
     "The control sequence at `s`: verbatim material and false conditionals are handled, anything else copied."
     cm = _cs_re.match(text, s)
-    if cm is None: out.add(text[s:]); return len(text)     # a lone backslash at the very end of a file: kept, nothing follows
+    if cm is None: out.add(text[s:], s); return len(text)     # a lone backslash at the very end of a file: kept, nothing follows
     name = cm.group(1)                             # None for \% \\ \{ ... : an escaped character, copied as is
     if name == 'begin': return _strip_begin(text, s, cm, out)
     if name in ('verb', 'lstinline', 'mintinline') and cm.end() < len(text): return _strip_verb(text, s, cm, out)
     if name in ('url', 'href', 'path', 'nolinkurl'): return _strip_url(text, s, cm, out)
     if name in ('iffalse', 'iftrue') and not _is_operand(text, s, brace=True):
         return _strip_cond(text, s, cm, out, conds, _depth)
-    out.add(cm.group(0)); return cm.end()
+    out.add(cm.group(0), s); return cm.end()
 
-def strip_comments(text: str, _depth=0) -> str:
-    "Remove `%` comments, `comment` environments and `\\iffalse` (false) branches, keeping verbatim material intact."
+def _strip_out(text: str, _depth=0) -> _Out:
+    "The pieces `strip_comments` joins, each with where it starts in `text`."
     out, i, n, conds = _Out(), 0, len(text), {}
     while i < n:
         m = _special_re.search(text, i)
-        if not m: out.add(text[i:]); break
+        if not m: out.add(text[i:], i); break
         s = m.start()
-        if s > i: out.add(text[i:s])
+        if s > i: out.add(text[i:s], i)
         i = _strip_percent(text, s, out) if text[s] == '%' else _strip_cs(text, s, out, conds, _depth)
-    return ''.join(out)
+    return out
+
+def strip_comments(text: str, _depth=0) -> str:
+    "Remove `%` comments, `comment` environments and `\\iffalse` (false) branches, keeping verbatim material intact."
+    return ''.join(_strip_out(text, _depth))
 
 # %% ../nbs/01_latex.ipynb #ff8b8aeb
 def _inside(root_real, path) -> bool:
@@ -484,11 +496,32 @@ def find_main_file(root, id=None) -> str:
 # %% ../nbs/01_latex.ipynb #68882e77
 @dataclass
 class Flattened:
-    "A paper's main file with every include expanded and comments stripped."
+    "A paper's main file with every include expanded and comments stripped; `source_at(offset)` says which file and line a character of `text` came from."
     text: str
     main_file: str                                   # relative to the root
     files: list = field(default_factory=list)        # every file pulled in, main first, in order
     warnings: list = field(default_factory=list)
+    segments: list = field(default_factory=list, repr=False, compare=False)   # (offset in text, file | None, offset in the file | -1), sorted
+    newlines: dict = field(default_factory=dict, repr=False, compare=False)   # file -> offsets of its '\n's (the source map's line index)
+
+    def source_at(self, offset: int):
+        "`(file, line)` (1-based line of the file relative to the root) that character `offset` of `text` comes from, or None (text the flattener made up)."
+        if getattr(self, '_starts', None) is None or len(self._starts) != len(self.segments): self._starts = [x[0] for x in self.segments]
+        k = bisect.bisect_right(self._starts, offset) - 1
+        if k < 0 or offset >= len(self.text): return None
+        o, f, src = self.segments[k]
+        if f is None or src < 0: return None
+        return f, bisect.bisect_left(self.newlines.get(f, []), src + offset - o) + 1
+
+def _slice_segs(segs, a, b, dest):
+    "The segments of `text[a:b]` (given `text`'s `segs`), placed at offset `dest`."
+    k = max(0, bisect.bisect_right([x[0] for x in segs], a) - 1)
+    out = []
+    for o, f, src in segs[k:]:
+        if o >= b: break
+        if o <= a: out.append((dest, f, src + (a - o) if src >= 0 else -1))
+        else: out.append((dest + o - a, f, src))
+    return out
 
 _INCLUDE_RE = re.compile(
     r'\\(?P<cmd>input|include|subfile|import|subimport|inputfrom|includefrom|subinputfrom|subincludefrom)(?![A-Za-z@])'
@@ -496,12 +529,26 @@ _INCLUDE_RE = re.compile(
 _IMPORT_CMDS = {'import': 'abs', 'inputfrom': 'abs', 'includefrom': 'abs',
                 'subimport': 'rel', 'subinputfrom': 'rel', 'subincludefrom': 'rel'}
 
+def _cut_ranges(text, pattern, keep_match):
+    "`(ranges, tail)`: `_cut_after(text, ...)` is the `text[a:b]` of `ranges` joined, then `tail`."
+    m = search_outside(pattern, text)
+    if m is None: return [(0, len(text))], ''
+    if keep_match: return [(0, m.end())], '\n'
+    e = text.find('\n', m.end())
+    return [(0, m.start()), (m.end(), e + 1 if e >= 0 else len(text))], ''
+
 def _cut_after(text, pattern, keep_match):
     "Cut `text` at the first `pattern` outside verbatim material (keeping the match if `keep_match`)."
-    m = search_outside(pattern, text)
-    if m is not None:
-        return text[:m.end()] + '\n' if keep_match else text[:m.start()] + text[m.end():text.find('\n', m.end()) + 1 if text.find('\n', m.end()) >= 0 else len(text)]
-    return text
+    ranges, tail = _cut_ranges(text, pattern, keep_match)
+    return ''.join(text[a:b] for a, b in ranges) + tail
+
+def _cut_map(text, segs, pattern, keep_match):
+    "`_cut_after` of `text` and the segments of the result."
+    ranges, tail = _cut_ranges(text, pattern, keep_match)
+    out, n = [], 0
+    for a, b in ranges: out += _slice_segs(segs, a, b, n); n += b - a
+    if tail: out.append((n, None, -1))
+    return ''.join(text[a:b] for a, b in ranges) + tail, out
 
 def _includeonly(text):
     m = re.search(r'\\includeonly\s*\{([^{}]*)\}', text)
@@ -512,16 +559,24 @@ class _Flattener:
     "One `flatten_latex` run: the paper folder, the files pulled in, warnings, characters so far."
     def __init__(self, root, pid, main_dir, max_depth, max_chars):
         self.root, self.pid, self.main_dir, self.max_depth, self.max_chars = root, pid, main_dir, max_depth, max_chars
-        self.files, self.warnings, self.total, self.only = [], [], 0, None
+        self.files, self.warnings, self.total, self.only, self.newlines = [], [], 0, None, {}
 
     def warn(self, rel, msg): self.warnings.append(f'paper {self.pid}: {rel}: {msg}')
 
     def load(self, rel):
         "File `rel` read (any encoding), comments stripped, cut at `\\endinput`."
+        return self.load_map(rel)[0]
+
+    def load_map(self, rel):
+        "`(text, segments)`: `load(rel)` and where its pieces come from in `rel` (its line index kept in `newlines`)."
         text, w = read_text(os.path.join(self.root, rel))
         if w: self.warn(rel, f'not valid UTF-8, decoded with a fallback encoding ({w.rsplit(" ", 1)[-1]})')
-        text = strip_comments(text.replace('\r\n', '\n').replace('\r', '\n'))
-        return _cut_after(text, r'\\endinput(?![A-Za-z@])', keep_match=False)
+        text = text.replace('\r\n', '\n').replace('\r', '\n')
+        self.newlines[rel] = [i for i, ch in enumerate(text) if ch == '\n']
+        out = _strip_out(text)
+        segs, n = [], 0
+        for piece, at in zip(out, out.at): segs.append((n, rel if at >= 0 else None, at)); n += len(piece)
+        return _cut_map(''.join(out), segs, r'\\endinput(?![A-Za-z@])', keep_match=False)
 
 # %% ../nbs/01_latex.ipynb #7582c877
 @patch
@@ -563,45 +618,58 @@ def _child(self:_Flattener, rel, target, cmd, cmd_text, depth, stack, new_import
     size = os.path.getsize(os.path.join(self.root, target))
     if self.total + size > self.max_chars * 4:   # bytes: a cheap guard before reading a huge file
         self.warn(rel, f'{target} is too large ({size:,} bytes); not expanded'); return None
-    try: child = self.load(target)
+    try: child, segs = self.load_map(target)
     except OSError as e: self.warn(rel, f'cannot read {target} ({e})'); return None
     if target not in self.files: self.files.append(target)
-    body = document_body(child)
-    if body is not None and (cmd == 'subfile' or re.search(r'\\document(class|style)', child)): child = body
-    child = self.expand(target, child, depth + 1, stack + [target], new_import)
+    bd = document_bounds(child)
+    if bd is not None and (cmd == 'subfile' or re.search(r'\\document(class|style)', child)):
+        child, segs = child[bd[1]:bd[2]], _slice_segs(segs, bd[1], bd[2], 0)
+    child, segs = self.expand_map(target, child, segs, depth + 1, stack + [target], new_import)
     if child.endswith('\n'): child = child[:-1]   # the including line's own end of line follows
-    if cmd in ('include', 'includefrom', 'subincludefrom'): child = '\n\n' + child + '\n\n'  # \include starts a new page
+    segs = [x for x in segs if x[0] < len(child)]
+    if cmd in ('include', 'includefrom', 'subincludefrom'):  # \include starts a new page
+        child, segs = '\n\n' + child + '\n\n', [(0, None, -1)] + [(o + 2, f, s) for o, f, s in segs] + [(len(child) + 2, None, -1)]
     self.total += len(child)
     if self.total > self.max_chars:
         raise LatexSourceError(f'paper {self.pid}: flattened text exceeds {self.max_chars:,} characters (at {target}, included from {rel})')
-    return child
+    return child, segs
 
 @patch
-def _include(self:_Flattener, m, rel, depth, stack, name, new_import, bases) -> str:
-    "What include match `m` becomes: the expanded file, or nothing (with a warning) when it cannot be."
+def _include(self:_Flattener, m, rel, depth, stack, name, new_import, bases) -> tuple:
+    "What include match `m` becomes, `(text, segments)`: the expanded file, or nothing (with a warning) when it cannot be; segments `None`: the command itself, kept."
     cmd, cmd_text = m.group('cmd'), m.group(0)
     if not name or '#' in name or '\\' in name:
-        if '#' in name: return cmd_text              # inside a macro definition: leave it
-        self.warn(rel, f'cannot resolve {cmd_text!r} (file name built from a macro or empty)'); return ''
+        if '#' in name: return cmd_text, None        # inside a macro definition: leave it
+        self.warn(rel, f'cannot resolve {cmd_text!r} (file name built from a macro or empty)'); return '', []
     if cmd == 'include' and self.only is not None and posixpath.normpath(name.removesuffix('.tex')) not in self.only:
-        self.warn(rel, f'skipped {cmd_text} (not listed in \\includeonly)'); return ''
+        self.warn(rel, f'skipped {cmd_text} (not listed in \\includeonly)'); return '', []
     target = self._resolve(rel, name, bases, cmd_text)
-    if target is None: return ''
-    return self._child(rel, target, cmd, cmd_text, depth, stack, new_import) or ''
+    if target is None: return '', []
+    return self._child(rel, target, cmd, cmd_text, depth, stack, new_import) or ('', [])
 
 @patch
 def expand(self:_Flattener, rel, text, depth, stack, import_dir) -> str:
     "`text` of file `rel` with its includes (outside verbatim material) expanded."
+    return self.expand_map(rel, text, [(0, rel, 0)], depth, stack, import_dir)[0]
+
+@patch
+def expand_map(self:_Flattener, rel, text, segs, depth, stack, import_dir) -> tuple:
+    "`expand` of `text` (whose source segments are `segs`), and the segments of the result."
     cur_dir, spans = posixpath.dirname(rel), verbatim_spans(text)
-    out, last = [], 0
+    out, last, osegs, n = [], 0, [], 0
+    def keep(a, b):
+        nonlocal n
+        out.append(text[a:b]); osegs.extend(_slice_segs(segs, a, b, n)); n += b - a
     for m in _INCLUDE_RE.finditer(text):
         if in_spans(m.start(), spans): continue
         names = self._names(m, cur_dir, import_dir)
         if names is None: continue
-        out.append(text[last:m.start()]); last = m.end()
-        out.append(self._include(m, rel, depth, stack, *names))
-    out.append(text[last:])
-    return ''.join(out)
+        keep(last, m.start()); last = m.end()
+        piece, psegs = self._include(m, rel, depth, stack, *names)
+        if psegs is None: keep(m.start(), m.end()); continue
+        out.append(piece); osegs.extend((o + n, f, s) for o, f, s in psegs); n += len(piece)
+    keep(last, len(text))
+    return ''.join(out), osegs
 
 # %% ../nbs/01_latex.ipynb #094508c8
 def flatten_latex(root, main_file=None, id=None, max_depth=20, max_chars=20_000_000, honour_includeonly=True) -> Flattened:
@@ -612,12 +680,13 @@ def flatten_latex(root, main_file=None, id=None, max_depth=20, max_chars=20_000_
     if main_path is None: raise LatexSourceError(f'paper {pid}: main file {main} not found inside {root}')
     fl = _Flattener(root, pid, posixpath.dirname(main_path), max_depth, max_chars)
     fl.files.append(main_path)
-    text = fl.load(main_path)
+    text, segs = fl.load_map(main_path)
     if honour_includeonly: fl.only = _includeonly(text)
-    text = _cut_after(text, r'\\end\s*\{document\}', keep_match=True)
-    text = fl.expand(main_path, text, 0, [main_path], None)
+    text, segs = _cut_map(text, segs, r'\\end\s*\{document\}', keep_match=True)
+    text, segs = fl.expand_map(main_path, text, segs, 0, [main_path], None)
     if len(text) > max_chars: raise LatexSourceError(f'paper {pid}: flattened text exceeds {max_chars:,} characters')
-    return Flattened(text, main_path, fl.files, fl.warnings)
+    segs = [x for x in segs if x[0] < len(text)]
+    return Flattened(text, main_path, fl.files, fl.warnings, segs, fl.newlines)
 
 # %% ../nbs/01_latex.ipynb #8e92b977
 def _looks_like_archive(path) -> bool:

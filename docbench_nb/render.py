@@ -36,6 +36,7 @@ class RenderResult:
     seconds: float = 0.0
     warnings: list = field(default_factory=list)
     repairs: list = field(default_factory=list)     # what was changed in the preamble before it compiled ('repaired')
+    synctex: Optional[str] = None                    # the compile's SyncTeX file (own-LaTeX paths only; see `pagemap`)
     def to_dict(self): return asdict(self)
     @classmethod
     def from_dict(cls, d):
@@ -43,7 +44,7 @@ class RenderResult:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-RENDER_VERSION = 'v2'                 # part of render_paper's cache key: bump when what a paper renders to changes
+RENDER_VERSION = 'v3'                 # part of render_paper's cache key: bump when what a paper renders to changes (v3: SyncTeX kept)
 PAGES_VERSION = 'v1'                  # rasterized pages and snippets (keyed by PDF / text content): unchanged by repairs
 OWN_LATEX_PATHS = ('compiled', 'repaired')   # render paths that show the authors' own layout
 PAGES_PER_CALL = 16                   # pdftoppm pages per call (raw PPMs are ~3 MB a page at 1M pixels)
@@ -106,14 +107,16 @@ def render_pages(pdf, max_pixels: int = 1_000_000, dpi: float | None = None, fir
 
 # %% ../nbs/03a_render.ipynb #edf3d14a
 def tree_digest(root) -> str:
-    "SHA-256 over every file (relative path + content hash) under `root`, `.git` excluded."
+    "SHA-256 over every file (relative path + content hash) under `root`, `.git` excluded; a symbolic link counts by its target path, never followed."
     root = Path(root); h = hashlib.sha256()
     for dp, dns, fns in os.walk(root):
         dns[:] = sorted(d for d in dns if d != '.git')
         for fn in sorted(fns):
             p = Path(dp) / fn
+            rel = str(p.relative_to(root)).encode('utf-8', 'surrogateescape')
+            if p.is_symlink(): h.update(rel + b'\0link:' + os.fsencode(os.readlink(p)) + b'\n'); continue
             if not p.is_file(): continue
-            h.update(str(p.relative_to(root)).encode('utf-8', 'surrogateescape') + b'\0' + file_sha256(p).encode() + b'\n')
+            h.update(rel + b'\0' + file_sha256(p).encode() + b'\n')
     return h.hexdigest()
 
 def _as_paper(x) -> Paper:
@@ -127,7 +130,7 @@ def _load_cached(d: Path):
     f = d / 'result.json'
     if not f.exists(): return None
     r = RenderResult.from_dict(json.loads(f.read_text()))
-    if all(Path(p).exists() for p in r.pages) and (r.pdf is None or Path(r.pdf).exists()): return r
+    if all(Path(p).exists() for p in r.pages) and all(x is None or Path(x).exists() for x in (r.pdf, r.synctex)): return r
     return None
 
 _NO_EXPANSION = 'auto expansion is only possible with scalable fonts'
@@ -238,7 +241,7 @@ def _repair_and_compile(root: Path, main_file: str, log: str, out_dir, deadline:
         if no_expansion: text = MICROTYPE_FIX + text
         left = deadline - time.monotonic()
         if left < 2: return stop('no time left for another repaired compile')
-        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=left, engine=engine, main_text=text)
+        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=left, engine=engine, main_text=text, synctex=True)
         if pdf is not None: return pdf, log, notes, ''
     return stop(f'still no PDF after {max_repairs} repairs')
 
@@ -251,9 +254,12 @@ def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixel
     return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
 
 def _store_render(d: Path, res: RenderResult, pdf) -> None:
-    "Keep the PDF and the result in cache folder `d` (the result file appears atomically)."
+    "Keep the PDF (and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically)."
     d.mkdir(parents=True, exist_ok=True)
     res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
+    sync = Path(pdf).with_suffix('.synctex.gz')
+    if res.path in OWN_LATEX_PATHS and sync.exists():
+        res.synctex = str(d / 'paper.synctex.gz'); shutil.copyfile(sync, res.synctex)
     atomic_write_json(d / 'result.json', res.to_dict())
 
 # %% ../nbs/03a_render.ipynb #5d7d9dd0
@@ -262,7 +268,7 @@ def _compile_own(root: Path, main_file: str, out_dir, timeout: float, engine: st
     pdf, log_tail, repairs = None, '', []
     try:
         deadline = time.monotonic() + timeout              # the real compile and all repairs share `timeout`
-        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=timeout, engine=engine)
+        pdf, log = compile_latex(root, main_file, out_dir=out_dir, timeout=timeout, engine=engine, synctex=True)
         log_tail = log[-3000:]
         errs = tex_errors(log)
         if pdf is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from .assets import run_tool, ToolTimeout
 
 # %% auto #0
-__all__ = ['ENGINES', 'MAX_TREE_BYTES', 'MAX_OUTPUT_FILE_BYTES', 'RenderError', 'tex_errors', 'compile_latex',
+__all__ = ['ENGINES', 'MAX_TREE_BYTES', 'MAX_OUTPUT_FILE_BYTES', 'RenderError', 'tex_errors', 'keep_synctex', 'compile_latex',
            'compile_tex_string']
 
 # %% ../nbs/03b_sandbox.ipynb #4fe57243
@@ -69,10 +69,46 @@ def _needs_rerun(log: str, cwd: Path, job: str) -> bool:
     return bool(re.search(r'Rerun to get|Label\(s\) may have changed|There were undefined references', log)) \
         or (cwd / f'{job}.toc').exists()
 
+# %% ../nbs/03b_sandbox.ipynb #993138b1
+_SYNC_INPUT = re.compile(r'^Input:(\d+):(.*)$')
+_SYNC_REC = re.compile(r'^([\[\(vhxkg$r])(\d+),(\d+)((?:,-?\d+)?:.*)$')
+
+def _line_map(patched: str, orig: str) -> list:
+    "`m[i]`: the line of `orig` that line `i` (1-based) of `patched` came from, 0 for lines the patch added."
+    import difflib
+    a, b = patched.split('\n'), orig.split('\n')
+    m = [0] * (len(a) + 2)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == 'equal' or (tag == 'replace' and i2 - i1 == j2 - j1):
+            for k in range(i2 - i1): m[i1 + k + 1] = j1 + k + 1
+    return m
+
+def keep_synctex(sync_gz, src: Path, cwd: Path, dest, main_rel: str, main_text=None, orig_text=None) -> str:
+    "Copy SyncTeX file `sync_gz` to `dest` with input paths made relative to the tree copy `src` (TeX ran in `cwd`); lines of a patched main file mapped back to `orig_text`."
+    import gzip
+    src = Path(os.path.realpath(src)); tags, main_tag, out = {}, None, []
+    lmap = _line_map(main_text, orig_text) if main_text is not None and orig_text is not None else None
+    with gzip.open(sync_gz, 'rt', encoding='utf-8', errors='surrogateescape') as f:
+        for line in f:
+            m = _SYNC_INPUT.match(line)
+            if m:
+                p = Path(os.path.realpath(os.path.join(cwd, m.group(2).rstrip('\n'))))
+                if p == src or src in p.parents:
+                    rel = p.relative_to(src).as_posix(); line = f'Input:{m.group(1)}:{rel}\n'
+                    if rel == main_rel: main_tag = m.group(1)
+            elif lmap is not None and main_tag is not None:
+                r = _SYNC_REC.match(line)
+                if r and r.group(2) == main_tag:
+                    k = int(r.group(3)); k = lmap[k] if 0 <= k < len(lmap) else 0
+                    line = f'{r.group(1)}{r.group(2)},{k}{r.group(4)}\n'
+            out.append(line)
+    with gzip.open(dest, 'wt', encoding='utf-8', errors='surrogateescape') as f: f.writelines(out)
+    return str(dest)
+
 # %% ../nbs/03b_sandbox.ipynb #81a6f047
 def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engine: str = 'pdflatex',
-                  runs: int = 2, main_text: str | None = None) -> tuple:
-    "Compile `root/main_file` in a sandboxed copy; `(pdf_path | None, log)`. `timeout` covers all runs; the PDF goes to `out_dir` (default: a new temp folder the caller owns). `main_text` replaces the main file's content in the copy only."
+                  runs: int = 2, main_text: str | None = None, synctex: bool = False) -> tuple:
+    "Compile `root/main_file` in a sandboxed copy; `(pdf_path | None, log)`. `timeout` covers all runs; the PDF goes to `out_dir` (default: a new temp folder the caller owns). `main_text` replaces the main file's content in the copy only. With `synctex`, `<job>.synctex.gz` lands next to the PDF, its paths relative to `root` (see `keep_synctex`)."
     if engine not in ENGINES: raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     exe = shutil.which(engine)
     if not exe: raise RenderError(f"{engine} is not installed (Debian: texlive-latex-base)")
@@ -87,7 +123,8 @@ def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engi
         if main_text is not None: (src / rel).write_bytes(main_text.encode('utf-8', 'surrogateescape'))
         env, cwd = _tex_env(work, src), src / rel.parent
         log, pdf = '', cwd / f'{job}.pdf'
-        cmd = [exe, '-no-shell-escape', '-no-parse-first-line', '-interaction=nonstopmode', '-file-line-error', rel.name]
+        cmd = [exe, '-no-shell-escape', '-no-parse-first-line', '-interaction=nonstopmode', '-file-line-error'] \
+              + (['-synctex=1'] if synctex else []) + [rel.name]
         for k in range(max(1, runs)):
             left = deadline - time.monotonic()
             if left <= 0.5: notes.append(f'no time left for TeX run {k + 1}'); break
@@ -104,6 +141,9 @@ def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engi
         out.mkdir(parents=True, exist_ok=True)
         dest = out / f'{job}.pdf'
         shutil.copyfile(pdf, dest)
+        if synctex and (cwd / f'{job}.synctex.gz').exists():
+            orig = (root / rel).read_bytes().decode('utf-8', 'surrogateescape') if main_text is not None else None
+            keep_synctex(cwd / f'{job}.synctex.gz', src, cwd, out / f'{job}.synctex.gz', str(rel), main_text, orig)
         return str(dest), log
 
 # %% ../nbs/03b_sandbox.ipynb #d663489c

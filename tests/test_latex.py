@@ -405,3 +405,36 @@ def test_latex_samples_as_lone_files(shared_dir, tmp_path):
         fl = flatten_latex(st.root, id=st.id)
         assert fl.main_file == s.name and fl.files[0] == s.name
         assert '\\begin{document}' in fl.text, s.name
+
+# ---------------------------------------------------------------- source map (flattened text -> file, line)
+def _check_segments(fl, root):
+    "Every mapped stretch of `fl.text` is exactly the text at that place of its file; returns the mapped share."
+    src, mapped = {}, 0
+    for k, (o, f, s) in enumerate(fl.segments):
+        e = fl.segments[k + 1][0] if k + 1 < len(fl.segments) else len(fl.text)
+        if f is None: continue
+        if f not in src: src[f] = read_text(Path(root) / f)[0].replace('\r\n', '\n').replace('\r', '\n')
+        assert fl.text[o:e] == src[f][s:s + e - o], (f, s, fl.text[o:e][:80], src[f][s:s + e - o][:80])
+        mapped += e - o
+    return mapped / max(1, len(fl.text))
+
+def test_flatten_source_map(tmp_path):
+    write_tree(tmp_path, {'main.tex': '\\documentclass{article}\n% preamble note\n\\begin{document}\nOne % c\n  two\n'
+                                      '\\iffalse\nhidden\n\\fi\n\\input{sub/a}\n\\include{b}\n\\end{document}\nafter',
+                          'sub/a.tex': '%head\nAlpha line\n\\begin{comment}\nx\n\\end{comment}\nBeta \\iftrue kept % y\n\\fi line\n\\endinput\nlost',
+                          'b.tex': 'Bee\n'})
+    fl = flatten_latex(tmp_path)
+    assert _check_segments(fl, tmp_path) > 0.9
+    at = lambda s: fl.source_at(fl.text.index(s))
+    assert at('One') == ('main.tex', 4) and at('two') == ('main.tex', 5)
+    assert at('Alpha') == ('sub/a.tex', 2) and at('Beta') == ('sub/a.tex', 6) and at('kept') == ('sub/a.tex', 6)
+    assert fl.source_at(fl.text.rindex(' line')) == ('sub/a.tex', 7) and at('Bee') == ('b.tex', 1) and at('\\end{document}') == ('main.tex', 11)
+    assert fl.source_at(len(fl.text)) is None and fl.source_at(fl.text.index('Bee') - 1) is None   # \include's blank line
+
+@pytest.mark.slow
+def test_corpus_flatten_source_map_exact(shared_papers):
+    "Over the shared corpus the source map is exact and covers (nearly) all of the flattened text."
+    for p in shared_papers:
+        st = load_source(p)
+        fl = flatten_latex(st.root, id=st.id)
+        assert _check_segments(fl, st.root) > 0.999, p.name
