@@ -14,13 +14,16 @@ __all__ = ['GRID_KEYS', 'cmd_parse', 'cmd_retrievers', 'cmd_evaluate', 'read_gri
 # %% ../nbs/16_cli.ipynb #ff4edb98
 def cmd_parse(args) -> int:
     from docbench_nb.latex import iter_sources
-    from docbench_nb.parse import parse_corpus, paper_summary
+    from docbench_nb.parse import paper_summary
+    from docbench_nb.evaluation import load_papers
     srcs = []
     for s in args.src:
         if not Path(s).exists(): raise FileNotFoundError(f"no such source: {s}")
         srcs.extend(iter_sources(s))
     n = n_err = 0
-    for rec in parse_corpus(srcs, progress=not args.json and not args.quiet, cache_dir=args.cache_dir):
+    papers, errors = load_papers(srcs, cache_dir=args.cache_dir, progress=not args.json and not args.quiet, workers=args.workers,
+                                 time_limit=args.time_limit)         # all cores, each paper within its limits, cached
+    for rec in papers + errors:
         d = paper_summary(rec); n += 1; n_err += 'error' in d
         if args.json: print(json.dumps(d, ensure_ascii=False), flush=True)
         else:
@@ -46,10 +49,15 @@ def cmd_evaluate(args) -> int:
     if args.k < 1: raise ValueError(f"--k must be >= 1, got {args.k}")
     for p in (args.corpus, args.queries):
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
-    res = evaluate(args.corpus, args.queries, representation=args.representation, retriever=args.retriever,
-                   chunk_size=args.chunk_size, overlap=args.overlap, k=args.k, cache_dir=args.cache_dir,
-                   progress=not args.quiet, describer=args.describer,
-                   **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}))
+    kw = dict(representation=args.representation, retriever=args.retriever, chunk_size=args.chunk_size, overlap=args.overlap,
+              k=args.k, cache_dir=args.cache_dir, progress=not args.quiet, describer=args.describer,
+              **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}))
+    if args.engine == 'local': kw['workers'] = args.workers
+    if args.engine == 'ray':                             # Ray parses and embeds into the cache; the local engine scores
+        from docbench_nb.ray_engine import evaluate_ray
+        log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+        res = evaluate_ray(args.corpus, args.queries, address=args.ray_address, actors=args.actors, log=log, **kw)
+    else: res = evaluate(args.corpus, args.queries, **kw)
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -148,6 +156,11 @@ def _add_evaluate(sub):
                    'window, 256 for MiniLM; 512 for BM25)')
     e.add_argument('--overlap', type=int, default=0)
     e.add_argument('--k', type=int, default=10); e.add_argument('--out', default=None)
+    e.add_argument('--engine', default='local', choices=['local', 'ray'], help='ray: parse and embed on Ray '
+                   '(a local instance, or the cluster at --ray-address), then score locally on the warm cache')
+    e.add_argument('--ray-address', default=None, help="Ray cluster to join, e.g. 'auto' or ray://HEAD:10001")
+    e.add_argument('--actors', type=int, default=1, help='embedding actors (each holds one copy of the model)')
+    e.add_argument('--workers', type=int, default=None, help='parallel parse processes for the local engine (default: every core)')
     e.set_defaults(fn=cmd_evaluate)
 
 def _add_grid(sub):
@@ -170,6 +183,8 @@ def _add_others(sub):
     p = sub.add_parser('parse', help='parse LaTeX sources into structured papers')
     p.add_argument('src', nargs='+', help='paper folder, .tar.gz/.tgz/.tar, gzipped .tex, or a folder of papers')
     p.add_argument('--json', action='store_true', help='one JSON object per paper per line')
+    p.add_argument('--workers', type=int, default=None, help='parallel parse processes (default: every core)')
+    p.add_argument('--time-limit', type=float, default=120, help='seconds per paper; a paper over it becomes an error record')
     p.set_defaults(fn=cmd_parse)
     sub.add_parser('retrievers', help='list the registered retriever kinds and describers with their options').set_defaults(fn=cmd_retrievers)
     d = sub.add_parser('demo', help='run the evaluation on the embedded demo corpus (offline)')
@@ -198,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_queries_parser(sub)
     from docbench_nb.coverage import add_coverage_parsers  # docbench coverage; docbench spin train|finetune
     add_coverage_parsers(sub)
+    from docbench_nb.pagemap import add_pages_parsers      # docbench pages map
+    add_pages_parsers(sub)
+    from docbench_nb.cache import add_cache_parsers        # docbench cache verify|clear
+    add_cache_parsers(sub)
     return ap
 
 # %% ../nbs/16_cli.ipynb #d5430b81

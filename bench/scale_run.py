@@ -1,0 +1,88 @@
+"""Whole-run scale: `docbench evaluate` (BM25 or dense on `text`) end to end over N papers, from a cold cache.
+
+    python bench/scale_run.py [--sizes 100,1000,10000] [--retriever bm25] [--workdir /tmp/docbench-scale] \
+        [--out results/scale] [--workers N]
+
+The corpus of size N is the shared papers replicated under new ids (`{id}-r{i}`), each copy with one changed byte
+(a trailing `% replica i` line in every .tex file), so nothing is a cache hit: every copy is read, parsed,
+chunked, indexed. Only the TeX-ish files are copied (.tex .bib .bbl .sty .cls .bst): the `text` representation
+reads nothing else. The dev queries (gold = the original papers, which are always in the corpus) are the queries.
+Each size runs in a fresh process under `/usr/bin/time -v` (peak RSS) with a fresh cache folder; the per-stage
+seconds come from the result's `timings`. Writes `--out/scale_{retriever}.json` and `scale_{retriever}.png`
+(wall and per-stage seconds and peak memory against N).
+"""
+import argparse, json, os, shutil, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / 'shared'
+TEXISH = {'.tex', '.bib', '.bbl', '.sty', '.cls', '.bst', '.clo', '.def', '.cfg'}
+
+
+def build_corpus(n: int, dest: Path) -> Path:
+    "A corpus folder of `n` papers: the shared originals first, then replicas `{id}-r{i}` with a changed byte."
+    src = SHARED / 'corpus' / 'papers'
+    originals = sorted(p for p in src.iterdir() if p.is_dir())
+    if dest.exists() and len(list(dest.iterdir())) == n: return dest
+    shutil.rmtree(dest, ignore_errors=True); dest.mkdir(parents=True)
+    for j in range(n):
+        orig = originals[j % len(originals)]; rep = j // len(originals)
+        out = dest / (orig.name if rep == 0 else f'{orig.name}-r{rep}')
+        for f in orig.rglob('*'):
+            if not f.is_file() or f.suffix.lower() not in TEXISH: continue
+            t = out / f.relative_to(orig); t.parent.mkdir(parents=True, exist_ok=True)
+            data = f.read_bytes()
+            if rep and f.suffix.lower() == '.tex': data += f'\n% replica {rep}\n'.encode()
+            t.write_bytes(data)
+    return dest
+
+
+def run_size(n: int, args) -> dict:
+    work = Path(args.workdir)
+    corpus = build_corpus(n, work / f'corpus_{n}')
+    cache = work / f'cache_{n}_{args.retriever}'; shutil.rmtree(cache, ignore_errors=True)
+    out = work / f'result_{n}_{args.retriever}.json'
+    cmd = ['/usr/bin/time', '-v', str(ROOT / '.venv' / 'bin' / 'docbench'), '--cache-dir', str(cache), 'evaluate',
+           '--corpus', str(corpus), '--queries', str(SHARED / 'queries' / 'dev.jsonl'), '--retriever', args.retriever,
+           '--out', str(out)]
+    if args.workers: cmd[4:4] = ['--workers', str(args.workers)]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '1')})
+    wall = time.time() - t0
+    if r.returncode != 0: raise SystemExit(f'size {n}: docbench evaluate failed (rc {r.returncode}):\n{r.stderr[-3000:]}')
+    rss = next(int(l.split(':')[1]) for l in r.stderr.splitlines() if 'Maximum resident set size' in l) / 1024
+    res = json.loads(out.read_text())
+    row = {'papers': n, 'wall_s': round(wall, 1), 'peak_rss_mb': round(rss), 'ndcg@10': res['overall'].get('ndcg@10'),
+           'n_units': res.get('config', {}).get('n_units') or res.get('n_units'), 'cores': os.cpu_count(),
+           **{k: round(v, 1) for k, v in res.get('timings', {}).items() if isinstance(v, (int, float))}}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def plot(rows, path, retriever):
+    import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
+    ns = [r['papers'] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.plot(ns, [r['wall_s'] for r in rows], 'o-', label='wall')
+    for k in sorted({k for r in rows for k in r if k.endswith('_s') and k != 'wall_s'}):
+        a.plot(ns, [r.get(k, 0) for r in rows], '.--', label=k[:-2])
+    a.set(xscale='log', yscale='log', xlabel='papers', ylabel='seconds', title=f'{retriever}: seconds by stage'); a.legend(fontsize=8)
+    b.plot(ns, [r['peak_rss_mb'] for r in rows], 'o-'); b.set(xscale='log', xlabel='papers', ylabel='MB', title='peak RSS')
+    fig.tight_layout(); fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--sizes', default='100,1000,10000'); ap.add_argument('--retriever', default='bm25')
+    ap.add_argument('--workdir', default='/tmp/docbench-scale'); ap.add_argument('--out', default=str(ROOT / 'results' / 'scale'))
+    ap.add_argument('--workers', type=int, default=None, help='passed to docbench when the CLI has --workers')
+    args = ap.parse_args()
+    if not (SHARED / 'corpus' / 'papers').is_dir(): raise SystemExit(f'needs the shared corpus at {SHARED}')
+    rows = [run_size(int(n), args) for n in args.sizes.split(',')]
+    out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
+    (out / f'scale_{args.retriever}.json').write_text(json.dumps(rows, indent=1) + '\n')
+    plot(rows, out / f'scale_{args.retriever}.png', args.retriever)
+
+
+if __name__ == '__main__':
+    main()
