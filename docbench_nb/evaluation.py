@@ -139,7 +139,7 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     else: chunk_size, chunk_from = int(chunk_size), 'given'
     t = time.time()
     rep = represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size,
-                    overlap=overlap, progress=progress, cache_dir=cache_dir, **represent_kw)
+                    overlap=overlap, progress=progress, cache_dir=cache_dir, workers=workers, **represent_kw)
     units = rep.units
     timings['represent_s'] = time.time() - t; t = time.time()
     warnings = pre_warnings + rep.all_warnings()

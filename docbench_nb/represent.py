@@ -10,12 +10,14 @@ from typing import Callable, Optional, Protocol
 from .records import Paper, Figure, Unit
 from .spec import Registry, Option, Spec, parse_spec
 from .chunking import token_offsets, chunk_spans, default_tokenizer
+from .workers import map_bounded, default_workers, WorkFailure
+from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['DEFAULT_DESCRIBER', 'DESCRIBERS', 'REPRESENTATIONS', 'PaperNotes', 'paper_notes', 'Describer', 'describe_figure',
-           'SourceDescriber', 'register_describer', 'check_describer_spec', 'make_describer', 'describer_help',
-           'figure_section', 'text_units', 'text_caption_units', 'register_representation', 'takes_describer',
-           'Represented', 'represent']
+__all__ = ['DEFAULT_DESCRIBER', 'DESCRIBERS', 'REPRESENTATIONS', 'REPRESENT_TIME_LIMIT', 'PaperNotes', 'paper_notes', 'Describer',
+           'describe_figure', 'SourceDescriber', 'register_describer', 'check_describer_spec', 'make_describer',
+           'describer_help', 'figure_section', 'text_units', 'text_caption_units', 'register_representation',
+           'takes_describer', 'Represented', 'represent']
 
 # %% ../nbs/04_represent.ipynb #2577ba5e
 @dataclass
@@ -167,18 +169,39 @@ class Represented:
         for p in self.render_paths.values(): out[p] = out.get(p, 0) + 1
         return out
 
+REPRESENT_TIME_LIMIT = 900.0     # s per paper (rendering has its own, shorter deadline inside)
+
+def _one(fn, p, tokenizer, chunk_size, overlap, kw):
+    "`(units, warnings, render_path)` of one paper."
+    notes = PaperNotes(p.id)
+    units = fn(p, tokenizer, chunk_size, overlap, notes=notes, **kw)
+    return units, list(notes.warnings), notes.render_path
+
+def _serial_only(kw) -> bool:
+    "Whether this process must not fork: CUDA is initialised (a forked child cannot use it)."
+    import sys
+    torch = sys.modules.get('torch')
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
+
 def represent(papers, representation: str = 'text', tokenizer=None, chunk_size: int = 512, overlap: int = 0,
-              progress: bool = False, **kw) -> Represented:
-    "All units of `papers` under `representation` (see `REPRESENTATIONS`), with the warnings and render paths met on the way."
+              progress: bool = False, workers: Optional[int] = 1, **kw) -> Represented:
+    """All units of `papers` under `representation` (see `REPRESENTATIONS`), with the warnings and render paths met on
+    the way. `workers` processes (None: every core; 1: here); a paper that fails or runs past `REPRESENT_TIME_LIMIT`
+    gets a warning and no units, and the others go on. Units come back in paper order either way."""
     if representation not in REPRESENTATIONS:
         raise ValueError(f"unknown representation {representation!r}; available: {sorted(REPRESENTATIONS)}")
     if tokenizer is None: tokenizer = default_tokenizer()
-    fn = REPRESENTATIONS[representation]
-    from tqdm.auto import tqdm
+    fn, papers = REPRESENTATIONS[representation], list(papers)
+    n = 1 if _serial_only(kw) else min(default_workers(workers), len(papers))
+    run = lambda p: _one(fn, p, tokenizer, chunk_size, overlap, kw)
+    outs = (map_bounded(run, papers, workers=n, time_limit=REPRESENT_TIME_LIMIT, memory_mb=None,
+                        desc=f'represent:{representation}', progress=progress) if n > 1 else
+            [run(p) for p in tqdm(papers, desc=f'represent:{representation}', disable=not progress)])
     out = Represented([])
-    for p in tqdm(papers, desc=f'represent:{representation}', disable=not progress):
-        notes = PaperNotes(p.id)
-        out.units.extend(fn(p, tokenizer, chunk_size, overlap, notes=notes, **kw))
-        if notes.warnings: out.warnings[p.id] = list(notes.warnings)
-        if notes.render_path is not None: out.render_paths[p.id] = notes.render_path
+    for p, o in zip(papers, outs):
+        if isinstance(o, WorkFailure): o = ([], [f'{p.id}: represent {o.reason}'], None)
+        units, ws, rp = o
+        out.units.extend(units)
+        if ws: out.warnings[p.id] = ws
+        if rp is not None: out.render_paths[p.id] = rp
     return out
