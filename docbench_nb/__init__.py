@@ -31,10 +31,13 @@ def load_queries(path, papers=None, levels=(0, 1, 2, 3)) -> list:
 
 # %% ../nbs/19_api.ipynb #86b72fe1
 def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm25', chunk_size=None, max_pixels=None,
-             cache_dir=None, progress: bool = True, **kw) -> Result:
+             cache_dir=None, progress: bool = True, task: str = 'paper', **kw) -> Result:
     """Evaluate one configuration. `corpus`: a folder of sources, or papers from `load_papers`; `queries`: a query
-    file. `chunk_size=None` chunks to the retriever's encoder window (BM25: 512). Returns a `Result`."""
-    from docbench_nb.evaluation import evaluate as _evaluate
+    file. `chunk_size=None` chunks to the retriever's encoder window (BM25: 512). `task='page'` ranks rendered
+    pages against page-level qrels (`docbench_nb.pagetask`). Returns a `Result`."""
+    from docbench_nb.pagetask import check_task
+    if check_task(task) == 'page': from docbench_nb.pagetask import evaluate_pages as _evaluate
+    else: from docbench_nb.evaluation import evaluate as _evaluate
     if isinstance(corpus, list) and (not corpus or isinstance(corpus[0], Paper)):
         kw['papers'], corpus = corpus, kw.pop('corpus_name', 'papers')
     if max_pixels is not None: kw['max_pixels'] = max_pixels
@@ -42,10 +45,10 @@ def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm
                                       progress=progress, **kw))
 
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
-         baseline=None, cache_dir=None, **kw) -> dict:
-    "The experiment grid (see `docbench_nb.experiment.grid`): writes `out/table.json|md`, the plot and one result per row."
+         baseline=None, cache_dir=None, task: str = 'paper', **kw) -> dict:
+    "The experiment grid (see `docbench_nb.experiment.grid`): writes `out/table.json|md`, the plot and one result per row; `task='page'`: page retrieval."
     from docbench_nb.experiment import grid as _grid
-    return _grid(corpus, queries, out, representations, retrievers, chunk_sizes, max_pixels, baseline, cache_dir, **kw)
+    return _grid(corpus, queries, out, representations, retrievers, chunk_sizes, max_pixels, baseline, cache_dir, task=task, **kw)
 
 def load_results(folder, with_runs: bool = False) -> list:
     "Every `Result` saved in `folder`."

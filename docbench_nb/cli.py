@@ -52,12 +52,15 @@ def cmd_evaluate(args) -> int:
     kw = dict(representation=args.representation, retriever=args.retriever, chunk_size=args.chunk_size, overlap=args.overlap,
               k=args.k, cache_dir=args.cache_dir, progress=not args.quiet, describer=args.describer,
               **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}))
-    if args.engine == 'local': kw['workers'] = args.workers
-    if args.engine == 'ray':                             # Ray parses and embeds into the cache; the local engine scores
+    if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
+        if args.engine == 'ray': raise ValueError("--task page runs on the local engine only (use --engine local)")
+        from docbench_nb.pagetask import evaluate_pages
+        res = evaluate_pages(args.corpus, args.queries, **kw)
+    elif args.engine == 'ray':                             # Ray parses and embeds into the cache; the local engine scores
         from docbench_nb.ray_engine import evaluate_ray
         log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
         res = evaluate_ray(args.corpus, args.queries, address=args.ray_address, actors=args.actors, log=log, **kw)
-    else: res = evaluate(args.corpus, args.queries, **kw)
+    else: res = evaluate(args.corpus, args.queries, workers=args.workers, **kw)
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -67,7 +70,7 @@ def cmd_evaluate(args) -> int:
     return 0
 
 # %% ../nbs/16_cli.ipynb #f7ce9032
-GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer')
+GRID_KEYS = ('corpus', 'queries', 'representations', 'retrievers', 'chunk_sizes', 'max_pixels', 'rows', 'baseline', 'out', 'k', 'describer', 'task')
 
 def read_grid_config(path) -> dict:
     "The grid keys of a TOML (`.toml`) or YAML (`.yaml`/`.yml`) file; an unknown key is an error naming it."
@@ -104,6 +107,7 @@ def cmd_grid(args) -> int:
     t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
              chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
              cache_dir=args.cache_dir, k=int(cfg['k']) if cfg.get('k') is not None else 10, describer=cfg.get('describer'), redo=args.redo,
+             task=cfg.get('task') or 'paper',
              progress=not args.quiet, log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     print((Path(cfg['out']) / 'table.md').read_text(encoding='utf-8'))
     print(f"{len(t['rows'])} rows: {t['computed']} computed, {t['reused']} reused, {t['failed']} failed in {t['seconds']:.1f}s; wrote {cfg['out']}")
@@ -145,7 +149,9 @@ def cmd_stats(args) -> int:
 def _add_evaluate(sub):
     e = sub.add_parser('evaluate', help='evaluate one representation x retriever configuration')
     e.add_argument('--corpus', required=True); e.add_argument('--queries', required=True)
-    e.add_argument('--representation', default='text', help='text | text+captions | figures | pages | interleaved')
+    e.add_argument('--representation', default='text', help='text | text+captions | figures | pages | interleaved | page-latex')
+    e.add_argument('--task', default='paper', choices=['paper', 'page'], help='paper retrieval, or page retrieval (a '
+                   "query's gold = the page(s) holding its evidence, found with SyncTeX)")
     e.add_argument('--max-pixels', type=int, default=None, help='image budget for figures/pages/interleaved, image '
                    'encoders and the figure images a text+captions describer reads (default 1000000)')
     e.add_argument('--describer', default=None, help='figure describer for text+captions: default (caption+refs+OCR, '
@@ -175,6 +181,7 @@ def _add_grid(sub):
                    'added after the product of the lists above)')
     g.add_argument('--baseline', help="row to test against: 'REP|SPEC|CHUNK' (default: the first row)")
     g.add_argument('--k', type=int, default=None); g.add_argument('--describer', default=None)
+    g.add_argument('--task', default=None, choices=['paper', 'page'], help='paper (default) or page retrieval')
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')
     g.set_defaults(fn=cmd_grid)
 
@@ -217,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pages_parsers(sub)
     from docbench_nb.cache import add_cache_parsers        # docbench cache verify|clear
     add_cache_parsers(sub)
+    from docbench_nb.export import add_export_parsers      # docbench export; docbench evaluate-dataset
+    add_export_parsers(sub)
     return ap
 
 # %% ../nbs/16_cli.ipynb #d5430b81

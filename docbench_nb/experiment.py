@@ -18,6 +18,7 @@ from .parse import parser_version
 from . import __version__
 from .data_io import load_queries
 from .evaluation import evaluate, load_papers
+from .pagetask import evaluate_pages, page_maps, check_task
 from .result import Result, compare
 from .results import plot_ndcg_vs_index_size
 
@@ -140,23 +141,27 @@ def _reusable(path: Path, key: str) -> Optional[Result]:
     except (ValueError, OSError): return None
     return res if res.extra.get('grid_key') == key else None
 
-def _run_row(row, corpus, queries, papers, cache_dir, settings, progress) -> Result:
+def _run_row(row, corpus, queries, papers, cache_dir, settings, progress, maps=None) -> Result:
     kw = dict(settings)
+    task = kw.pop('task', 'paper')
     if row.max_pixels: kw['max_pixels'] = row.max_pixels
-    res = Result.from_dict(evaluate(corpus, queries, row.representation, row.retriever, chunk_size=row.chunk_size,
-                                    papers=papers, cache_dir=cache_dir, progress=progress, **kw))
+    if task == 'page': kw['maps'] = maps
+    res = Result.from_dict((evaluate_pages if task == 'page' else evaluate)(corpus, queries, row.representation, row.retriever,
+                           chunk_size=row.chunk_size, papers=papers, cache_dir=cache_dir, progress=progress, **kw))
+    res.config['task'] = task
     res.config['max_pixels'] = row.max_pixels
     return res
 
 # %% ../nbs/09a_grid.ipynb #8e6b2b2b
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
          baseline: Optional[str] = None, cache_dir=None, k: int = 10, describer=None, rows=None, redo: bool = False,
-         progress: bool = True, log=print) -> dict:
+         progress: bool = True, log=print, task: str = 'paper') -> dict:
     """Run the grid into folder `out` (see the notebook's introduction): the product of `representations` ×
     `retrievers` × `chunk_sizes` × `max_pixels`, then any explicit `rows` ('REP|SPEC|CHUNK[|MAX_PIXELS]' labels, for
     tables that are not a full product). Returns the table dict also written to `out/table.json` (`rows`,
-    `baseline`, `computed`, `reused`, `failed`, `seconds`)."""
+    `baseline`, `computed`, `reused`, `failed`, `seconds`, `task`). `task='page'`: the page-retrieval task."""
     t0 = time.time()
+    check_task(task)
     if not (representations and retrievers) and not rows: raise ValueError("grid: give representations and retrievers, or rows")
     rows_ = grid_rows(representations, retrievers, chunk_sizes, max_pixels) if representations or retrievers else []
     for r in map(parse_row, _as_list(rows, str) if isinstance(rows, str) else (rows or [])):
@@ -169,10 +174,10 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         if not Path(p).exists(): raise FileNotFoundError(f"grid: no such file or folder: {p}")
     load_queries(queries)                                   # a malformed query file fails here, before any parsing
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    settings = {'k': k, 'describer': describer}
+    settings = {'k': k, 'describer': describer, **({'task': task} if task != 'paper' else {})}   # paper keys stay as they were
     cfp, qsha = corpus_fingerprint(corpus), file_sha256(queries)
-    results, status, papers = [], [], None
-    stems = row_stems(rows)
+    results, status, papers, maps = [], [], None, None
+    stems = [f"page__{s}" if task == 'page' else s for s in row_stems(rows)]
     for i, (row, stem) in enumerate(zip(rows, stems)):
         f, key = out / f"{stem}.json", row_key(row, cfp, qsha, settings)
         res = None if redo else _reusable(f, key)
@@ -181,8 +186,11 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         if papers is None:
             papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
             log(f"{len(papers)} papers parsed, {len(errors)} errors")
+        if task == 'page' and maps is None:
+            maps = page_maps(papers, cache_dir=cache_dir, progress=progress)
+            log(f"page maps: {sum(not getattr(m, 'error', None) for m in maps.values())} of {len(maps)} papers mapped")
         t = time.time()
-        try: res = _run_row(row, corpus, queries, papers, cache_dir, settings, progress)
+        try: res = _run_row(row, corpus, queries, papers, cache_dir, settings, progress, maps)
         except Exception as e:                              # one bad row never stops the others
             results.append(None); status.append(f"failed: {type(e).__name__}: {e}")
             log(f"[{i + 1}/{len(rows)}] {row.label}: FAILED {type(e).__name__}: {e}")
@@ -194,7 +202,7 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         log(f"[{i + 1}/{len(rows)}] {row.label}: ndcg@10 {res.overall.get('ndcg@10', float('nan')):.3f}, "
             f"index {res.index_bytes / 1e6:.2f} MB, {res.timings['row_s']:.0f}s")
     table = grid_table(rows, results, status, b, stems=stems)
-    table['seconds'] = time.time() - t0
+    table['seconds'], table['task'] = time.time() - t0, task
     write_grid_outputs(table, rows, results, out)
     return table
 
@@ -204,7 +212,7 @@ def _row_record(row: GridRow, res: Optional[Result], status: str, stem: str) -> 
          'chunk_size': row.chunk_size, 'max_pixels': row.max_pixels, 'status': status}
     if res is None: return d
     c, o = res.config, res.overall
-    d.update(chunk_size=c.get('chunk_size'), chunk_size_from=c.get('chunk_size_from'), describer=c.get('describer'),
+    d.update(task=c.get('task', 'paper'), chunk_size=c.get('chunk_size'), chunk_size_from=c.get('chunk_size_from'), describer=c.get('describer'),
              **{m: o.get(m) for m in sorted(o) if '@' in m},
              by_level={l: v.get('ndcg@10') for l, v in sorted(res.by_level.items())},
              by_evidence_type={t: v.get('ndcg@10') for t, v in sorted(res.by_evidence_type.items())},
@@ -237,7 +245,8 @@ def grid_markdown(table: dict) -> str:
     levels = sorted({l for r in recs for l in r.get('by_level', {})})
     head = (['representation', 'retriever', 'chunk', 'max_pixels', 'units', 'index MB', 'nDCG@10'] + [f'{t}' for t in types]
             + [f'L{l}' for l in levels] + ['R@1', 'R@10', 'MRR@10', 'Δ', 'p', 'p_holm'])
-    lines = [f"baseline: `{table['baseline']}`; {table['test']}", '', '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    task = 'task: page (the documents are rendered pages); ' if table.get('task') == 'page' else ''
+    lines = [f"{task}baseline: `{table['baseline']}`; {table['test']}", '', '| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for r in recs:
         if 'ndcg@10' not in r:
             lines.append(f"| {r['representation']} | {r['retriever']} | {_fmt(r['chunk_size'])} | {_fmt(r['max_pixels'])} | " + r['status'] + ' |'); continue

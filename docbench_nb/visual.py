@@ -9,9 +9,10 @@ from .chunking import chunk_spans
 from .represent import register_representation, PaperNotes, paper_notes
 from .assets import convert_paper_figures
 from .render import render_paper
+from .pagemap import map_paper
 
 # %% auto #0
-__all__ = ['figure_units', 'page_units', 'nearest_figures', 'interleaved_units']
+__all__ = ['figure_units', 'page_units', 'nearest_figures', 'interleaved_units', 'page_latex_units']
 
 # %% ../nbs/04a_visual.ipynb #d4d86517
 def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = 1_000_000,
@@ -68,6 +69,18 @@ def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pi
                                 'image_tokens': image_tokens if imgs else 0}))
     return units
 
+def page_latex_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, cache_dir=None, timeout: float = 120,
+                     notes: PaperNotes | None = None, **kw) -> list:
+    "The `page-latex` representation: one text unit per rendered page, the LaTeX text SyncTeX places on it (`PageMap.page_text`)."
+    notes = paper_notes(notes, paper)
+    pm = map_paper(paper, cache_dir=cache_dir, timeout=timeout)
+    if pm.error: notes.warn(f'{paper.id}: page map: {pm.error}'); return []
+    notes.render_path = pm.render_path
+    if not pm.page_text: notes.warn(f'{paper.id}: no per-page LaTeX text (mapped by {pm.method}, not SyncTeX)'); return []
+    return [Unit(paper.id, f'{paper.id}#l{p}', 'text', t, meta={'page': p, 'method': pm.method, 'render_path': pm.render_path})
+            for p, t in sorted(pm.page_text.items()) if t.strip()]
+
 register_representation('figures', figure_units)
 register_representation('pages', page_units)
 register_representation('interleaved', interleaved_units)
+register_representation('page-latex', page_latex_units)

@@ -1,0 +1,83 @@
+"""The page-retrieval task on real shared papers: page qrels hold the evidence, chunks are max-pooled to their pages,
+unplaced queries are counted, and the grid runs the page task beside the paper task."""
+import json, shutil
+from pathlib import Path
+import pytest
+from docbench_nb.evaluation import load_papers, evaluate
+from docbench_nb.data_io import load_queries
+from docbench_nb.pagemap import words
+from docbench_nb.clean import clean_latex
+from docbench_nb.pagetask import page_maps, page_queries, evaluate_pages, to_page_units, split_page_id
+from docbench_nb.represent import text_units, default_tokenizer
+
+IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')     # small papers with dev queries (two compile after repair)
+
+
+@pytest.fixture(scope='module')
+def small(shared_dir, tmp_path_factory):
+    papers, errors = load_papers([shared_dir / 'corpus' / 'papers' / i for i in IDS], progress=False)
+    assert not errors
+    maps = page_maps(papers)
+    qfile = tmp_path_factory.mktemp('q') / 'dev_small.jsonl'
+    qfile.write_text(''.join(l for l in open(shared_dir / 'queries' / 'dev.jsonl') if json.loads(l)['doc_id'] in IDS))
+    return papers, maps, qfile
+
+
+def test_page_qrels_hold_the_evidence(small):
+    papers, maps, qfile = small
+    qs = load_queries(qfile)
+    pqs, rep = page_queries(qs, maps)
+    assert rep['n_placed'] + rep['n_unplaced'] == len(qs) == 4 * 6
+    assert rep['n_placed'] == len(qs) and rep['methods'] == {'synctex': len(qs)}
+    for q in pqs:
+        pid, = q.meta['paper_doc_ids']
+        m = maps[pid]
+        assert all(split_page_id(d)[0] == pid and 1 <= split_page_id(d)[1] <= m.n_pages for d in q.doc_ids)
+        w = set(words(clean_latex(q.meta['evidence_excerpt'])))
+        for d in q.doc_ids:                 # most of the excerpt's words are in the LaTeX text of each gold page
+            assert len(w & set(words(m.page_text[split_page_id(d)[1]]))) >= 0.5 * len(w), (q.id, d)
+
+
+def test_unplaced_queries_are_counted_not_dropped(small):
+    papers, maps, qfile = small
+    qs = load_queries(qfile, levels=(0,))
+    broken = {**maps, 'dong-obliquity': type(maps['dong-obliquity'])('dong-obliquity', error='render failed: test')}
+    pqs, rep = page_queries(qs, broken)
+    lost = [q.id for q in qs if q.doc_ids == ['dong-obliquity']]
+    assert rep['n_unplaced'] == len(lost) == 2 and sorted(rep['unplaced']) == sorted(lost)
+    assert 'render failed' in rep['unplaced'][lost[0]]
+    res = evaluate_pages('small', qfile, 'text', 'bm25', papers=papers, maps=broken, progress=False, levels=(0,))
+    assert res.n_queries == len(qs) - 2 and res.extra['page_qrels']['n_unplaced'] == 2
+
+
+@pytest.mark.slow
+def test_chunks_max_pool_to_pages(small):
+    "Dense scores do not depend on the corpus: a paper's best page scores exactly the paper's score."
+    papers, maps, qfile = small
+    paper = evaluate('small', qfile, 'text', 'dense', papers=papers, progress=False, levels=(0,), k=10)
+    page = evaluate_pages('small', qfile, 'text', 'dense', papers=papers, maps=maps, progress=False, levels=(0,), k=50)
+    assert page.n_docs == sum(m.n_pages for m in maps.values())
+    for qid, ps in paper.run.scores.items():
+        best = {}
+        for d, s in page.run.scores[qid].items():
+            pid = split_page_id(d)[0]; best[pid] = max(best.get(pid, -1e9), s)
+        for pid, s in ps.items(): assert abs(best[pid] - s) < 1e-5, (qid, pid)
+    u = text_units(papers[0], default_tokenizer(), 256)
+    pu, rep = to_page_units(u, maps)
+    assert rep['n_unplaced_units'] == 0 and rep['n_multi_page_units'] > 0
+    assert len(pu) == sum(len(set(maps[papers[0].id].span_pages(x.span))) for x in u)
+
+
+def test_grid_page_task_beside_paper_task(small, tmp_path):
+    from docbench_nb.experiment import grid
+    papers, maps, qfile = small
+    corpus = tmp_path / 'papers'; corpus.mkdir()
+    for p in papers: shutil.copytree(p.root, corpus / p.id)
+    t = grid(corpus, qfile, tmp_path / 'g', representations='text,page-latex', retrievers='bm25', task='page', progress=False, log=lambda m: None)
+    assert t['failed'] == 0 and t['task'] == 'page'
+    assert [r['n_docs'] for r in t['rows']] == [sum(m.n_pages for m in maps.values())] * 2
+    assert all(0 < r['ndcg@10'] <= 1 for r in t['rows'])
+    tp = grid(corpus, qfile, tmp_path / 'g', representations='text', retrievers='bm25', progress=False, log=lambda m: None)
+    assert tp['computed'] == 1 and tp['rows'][0]['n_docs'] == len(papers)
+    assert grid(corpus, qfile, tmp_path / 'g', representations='text,page-latex', retrievers='bm25', task='page',
+                progress=False, log=lambda m: None)['reused'] == 2
