@@ -4,15 +4,15 @@
 
 # %% ../nbs/03_assets.ipynb #3a41d2bf
 from __future__ import annotations
-import os, re, math, hashlib, signal, shutil, subprocess, tempfile
+import os, re, json, math, time, hashlib, signal, shutil, subprocess, tempfile
 from pathlib import Path
 from PIL import Image, UnidentifiedImageError
-from .cache import cache_root, file_sha256, atomic_open   # one cache root and one atomic writer for all stages
+from .cache import cache_root, file_sha256, atomic_open, atomic_write_json   # one cache root and one atomic writer for all stages
 
 # %% auto #0
-__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'AssetError', 'ToolTimeout', 'run_tool',
-           'fit_max_pixels', 'sniff_format', 'extension_format', 'pdf_page_sizes', 'convert_figure',
-           'convert_paper_figures']
+__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL',
+           'AssetError', 'ToolTimeout', 'run_tool', 'fit_max_pixels', 'sniff_format', 'extension_format',
+           'pdf_page_sizes', 'convert_figure', 'convert_paper_figures']
 
 # %% ../nbs/03_assets.ipynb #853f2953
 class AssetError(Exception):
@@ -27,21 +27,54 @@ MAX_VECTOR_DPI = 600          # never render vector art above this resolution, w
 CONVERTER_VERSION = 'v1'      # bump when the conversion changes: it is part of the cache location
 
 # %% ../nbs/03_assets.ipynb #215f40a9
-class ToolTimeout(Exception):
-    "An external tool ran past its timeout and was killed (with its whole process group)."
+MAX_TOOL_OUTPUT = 64 * 1024**2        # bytes kept per stream by default (the tail); the rest is counted, not stored
+TOOL_REPORT_TAIL = 256 * 1024         # what TeX and ghostscript runs keep: their output is a report, its end says why
 
-def run_tool(cmd: list, timeout: float, cwd=None, env=None, preexec_fn=None) -> subprocess.CompletedProcess:
-    "Run `cmd` (a list; no shell) with a hard `timeout` in seconds; kill its process group on timeout (`ToolTimeout`)."
+class ToolTimeout(Exception):
+    "An external tool ran past its timeout and was killed (with its whole process group); `stdout`/`stderr`: the kept tails."
+    def __init__(self, msg, stdout=b'', stderr=b''):
+        super().__init__(msg); self.stdout, self.stderr = stdout, stderr
+
+def _tail(chunks, dropped: int, limit: int) -> tuple:
+    "`(kept bytes with a marker when some were dropped, dropped count)` from the chunks left in a stream's queue."
+    data = b''.join(chunks)
+    if len(data) > limit: dropped += len(data) - limit; data = data[len(data) - limit:]
+    return (b'[... %d bytes dropped ...]\n' % dropped if dropped else b'') + data, dropped
+
+def run_tool(cmd: list, timeout: float, cwd=None, env=None, preexec_fn=None,
+             max_output: int = MAX_TOOL_OUTPUT) -> subprocess.CompletedProcess:
+    "Run `cmd` (a list; no shell) with a hard `timeout` in seconds; kill its process group on timeout (`ToolTimeout`). Keeps the last `max_output` bytes of stdout and of stderr (`.dropped` counts the rest)."
+    import selectors
     if isinstance(cmd, (str, bytes)): raise TypeError("run_tool takes an argument list, never a shell string")
     p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True, preexec_fn=preexec_fn)
-    try: out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    from collections import deque
+    bufs, size, dropped = {p.stdout: deque(), p.stderr: deque()}, {p.stdout: 0, p.stderr: 0}, {p.stdout: 0, p.stderr: 0}
+    deadline, timed_out = time.monotonic() + max(0.0, timeout), False
+    with selectors.DefaultSelector() as sel:
+        for f in bufs: sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0: timed_out = True; break
+            for key, _ in sel.select(min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk: sel.unregister(key.fileobj); continue
+                f = key.fileobj; q = bufs[f]; q.append(chunk); size[f] += len(chunk)
+                while size[f] - len(q[0]) >= max_output:         # whole chunks no longer needed for the tail
+                    n = len(q.popleft()); size[f] -= n; dropped[f] += n
+    if not timed_out:
+        try: p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired: timed_out = True          # closed its pipes but kept running
+    (out, d_out), (err, d_err) = (_tail(bufs[f], dropped[f], max_output) for f in (p.stdout, p.stderr))
+    if timed_out:
         try: os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError: pass
-        p.communicate()
-        raise ToolTimeout(f"{Path(str(cmd[0])).name} killed after {timeout:g}s")
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        p.wait()
+    p.stdout.close(); p.stderr.close()
+    if timed_out: raise ToolTimeout(f"{Path(str(cmd[0])).name} killed after {timeout:g}s", out, err)
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    r.dropped = (d_out, d_err)
+    return r
 
 # %% ../nbs/03_assets.ipynb #8914ebec
 def fit_max_pixels(w: int, h: int, max_pixels: int) -> tuple:
@@ -142,7 +175,7 @@ def _render_eps(path, out_ppm, max_pixels, timeout, fmt):
     # -dSAFER still lets PostScript write into the temp folder, so gs gets a private one (the output's folder)
     priv = str(Path(out_ppm).parent)
     env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'TMPDIR': priv, 'TEMP': priv, 'TMP': priv, 'HOME': priv}
-    try: r = run_tool(cmd, timeout, env=env)
+    try: r = run_tool(cmd, timeout, env=env, max_output=TOOL_REPORT_TAIL)
     except ToolTimeout as e: raise AssetError(path, str(e), fmt)
     if r.returncode != 0 or not Path(out_ppm).exists() or Path(out_ppm).stat().st_size == 0:
         msg = (r.stderr + r.stdout).decode('latin-1').strip()
@@ -193,8 +226,28 @@ def _atomic_save_png(im: Image.Image, dest: Path):
     "Encode `im` as PNG into `dest` through the one atomic writer."
     with atomic_open(dest, 'wb') as f: im.save(f, 'PNG', compress_level=3)
 
+def _cached_failure(fail: Path, path, timeout: float):
+    "The `AssetError` recorded in `fail` for this content, or None (none recorded, unreadable, or a timeout shorter than `timeout`)."
+    try: d = json.loads(fail.read_text())
+    except (OSError, ValueError): return None
+    if d.get('timed_out') and timeout > d.get('timeout', 0): return None      # a longer timeout may succeed: retry
+    return AssetError(path, f"{d['reason']} (cached failure of this content; delete {fail.name} to retry)", d.get('format'))
+
+def _record_failure(fail: Path, e: AssetError, timeout: float) -> None:
+    if 'is not installed' in e.reason or 'decompression bomb' in e.reason: return   # about this machine / cheap to re-check
+    atomic_write_json(fail, {'reason': e.reason, 'format': e.format, 'timeout': timeout,
+                             'timed_out': 'killed after' in e.reason})
+
+def _convert(path, fmt, dest, max_pixels, timeout):
+    if fmt in RASTER_FORMATS: return _atomic_save_png(_open_raster(path, max_pixels, fmt), dest)
+    with tempfile.TemporaryDirectory(prefix='docbench-asset-') as td:
+        raw = Path(td) / 'page.ppm'                 # raw pixels; Pillow writes the PNG (fast zlib level)
+        if fmt == 'pdf': _render_pdf(path, raw, max_pixels, timeout)
+        else: _render_eps(path, raw, max_pixels, timeout, fmt)
+        _atomic_save_png(_open_raster(raw, max_pixels, fmt), dest)        # flattens + enforces the budget
+
 def convert_figure(path, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 60) -> str:
-    "Convert the figure file `path` to an RGB PNG of at most `max_pixels` pixels; return the cached PNG's path."
+    "Convert the figure file `path` to an RGB PNG of at most `max_pixels` pixels; return the cached PNG's path. A failed conversion is cached with its reason."
     path = Path(path)
     if max_pixels < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
     claimed = extension_format(path)
@@ -202,20 +255,15 @@ def convert_figure(path, max_pixels: int = 1_000_000, cache_dir=None, timeout: f
     try: fmt, digest = sniff_format(path), file_sha256(path)
     except OSError as e: raise AssetError(path, f'cannot read: {e}', claimed)
     out_dir = cache_root(cache_dir) / 'assets' / CONVERTER_VERSION
-    dest = out_dir / f'{digest}-{int(max_pixels)}.png'
+    dest, fail = out_dir / f'{digest}-{int(max_pixels)}.png', out_dir / f'{digest}-{int(max_pixels)}.fail.json'
     if dest.exists(): return str(dest)
     if fmt is None and claimed in RASTER_FORMATS: fmt = claimed      # let Pillow try (e.g. headerless TGA-ish)
     if fmt is None: raise AssetError(path, f'unrecognised content (extension says {claimed or "nothing"})', claimed)
     if fmt not in RASTER_FORMATS + VECTOR_FORMATS: raise AssetError(path, f'unsupported format {fmt}', fmt)
+    if (e := _cached_failure(fail, path, timeout)) is not None: raise e
     out_dir.mkdir(parents=True, exist_ok=True)
-    if fmt in RASTER_FORMATS:
-        _atomic_save_png(_open_raster(path, max_pixels, fmt), dest)
-        return str(dest)
-    with tempfile.TemporaryDirectory(prefix='docbench-asset-') as td:
-        raw = Path(td) / 'page.ppm'                 # raw pixels; Pillow writes the PNG (fast zlib level)
-        if fmt == 'pdf': _render_pdf(path, raw, max_pixels, timeout)
-        else: _render_eps(path, raw, max_pixels, timeout, fmt)
-        _atomic_save_png(_open_raster(raw, max_pixels, fmt), dest)        # flattens + enforces the budget
+    try: _convert(path, fmt, dest, max_pixels, timeout)
+    except AssetError as e: _record_failure(fail, e, timeout); raise
     return str(dest)
 
 # %% ../nbs/03_assets.ipynb #f05d4c3f

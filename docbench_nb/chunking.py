@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 # %% auto #0
-__all__ = ['token_offsets', 'chunk_spans', 'default_tokenizer', 'counting_tokenizer', 'clip_tokens']
+__all__ = ['token_offsets', 'whitespace_exact', 'chunk_spans', 'default_tokenizer', 'counting_tokenizer', 'clip_tokens']
 
 # %% ../nbs/00d_chunking.ipynb #b2590888
 def token_offsets(text: str, tokenizer, window: int = 200_000) -> list:
@@ -26,21 +26,42 @@ def token_offsets(text: str, tokenizer, window: int = 200_000) -> list:
         pos = end
     return out
 
+# %% ../nbs/00d_chunking.ipynb #d54cec80
+_EXACT = {}
+def whitespace_exact(tokenizer) -> bool:
+    "Whether a span cut at whitespace tokenizes on its own into exactly its slice of the whole text's tokens (BERT-style WordPiece)."
+    key = id(getattr(tokenizer, 'backend_tokenizer', tokenizer))
+    if key not in _EXACT:
+        try:
+            import json
+            cfg = json.loads(tokenizer.backend_tokenizer.to_str())
+            _EXACT[key] = ((cfg.get('pre_tokenizer') or {}).get('type') == 'BertPreTokenizer'
+                           and (cfg.get('model') or {}).get('type') == 'WordPiece'
+                           and (cfg.get('normalizer') or {}).get('type') in (None, 'BertNormalizer'))
+        except Exception: _EXACT[key] = False
+    return _EXACT[key]
+
+def _cut_at_space(text, offs, i, j) -> bool:
+    "Tokens i..j-1 start and end at whitespace gaps (or the ends of the text)."
+    return ((i == 0 or text[offs[i - 1][1]:offs[i][0]].isspace()) and
+            (j == len(offs) or text[offs[j - 1][1]:offs[j][0]].isspace()))
+
 # %% ../nbs/00d_chunking.ipynb #d54cec82
-def chunk_spans(text: str, tokenizer, chunk_size: int = 512, overlap: int = 0, snap: int = 24) -> list:
+def chunk_spans(text: str, tokenizer, chunk_size: int = 512, overlap: int = 0, snap: int = 24, shortcut: bool = True) -> list:
     "Split `text` into spans of at most `chunk_size` tokens (checked by re-tokenizing each chunk alone), consecutive chunks sharing `overlap` tokens; cuts snap back to whitespace within `snap` tokens."
     if chunk_size < 1: raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if not 0 <= overlap < chunk_size: raise ValueError(f"overlap must be in [0, chunk_size), got {overlap} for chunk_size {chunk_size}")
     offs = token_offsets(text, tokenizer)
     if not offs: return []
     spans, i, n = [], 0, len(offs)
+    exact = shortcut and whitespace_exact(tokenizer)
     while i < n:
         j = min(n, i + chunk_size)           # tokens i..j-1
         if j < n:                            # prefer to end on a token followed by whitespace
             for jj in range(j, max(i + 1, j - snap), -1):
                 if offs[jj - 1][1] < offs[jj][0]: j = jj; break
         # a chunk re-tokenized on its own can gain a token at its edges (e.g. a split math run); shrink until it fits
-        while j - i > 1 and len(tokenizer(text[offs[i][0]:offs[j - 1][1]], add_special_tokens=False, verbose=False)['input_ids']) > chunk_size:
+        while j - i > 1 and not (exact and _cut_at_space(text, offs, i, j)) and len(tokenizer(text[offs[i][0]:offs[j - 1][1]], add_special_tokens=False, verbose=False)['input_ids']) > chunk_size:
             j -= 1
         spans.append((offs[i][0], offs[j - 1][1]))
         if j >= n: break

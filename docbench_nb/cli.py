@@ -51,7 +51,8 @@ def cmd_evaluate(args) -> int:
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
     kw = dict(representation=args.representation, retriever=args.retriever, chunk_size=args.chunk_size, overlap=args.overlap,
               k=args.k, cache_dir=args.cache_dir, progress=not args.quiet, describer=args.describer,
-              **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}))
+              **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}),
+              **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
     if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
         if args.engine == 'ray': raise ValueError("--task page runs on the local engine only (use --engine local)")
         from docbench_nb.pagetask import evaluate_pages
@@ -154,6 +155,7 @@ def _add_evaluate(sub):
                    "query's gold = the page(s) holding its evidence, found with SyncTeX)")
     e.add_argument('--max-pixels', type=int, default=None, help='image budget for figures/pages/interleaved, image '
                    'encoders and the figure images a text+captions describer reads (default 1000000)')
+    e.add_argument('--max-pages', type=int, default=None, help='pages rasterized per paper for pages (default 300; 0: all)')
     e.add_argument('--describer', default=None, help='figure describer for text+captions: default (caption+refs+OCR, '
                    'offline) | source | source+ocr[:rapidocr|tesseract] | chat:MODEL[@BASE_URL] | hf:MODEL_OR_FOLDER')
     e.add_argument('--retriever', default='dense', help='bm25 | dense[:MODEL] | hybrid[:MODEL] | late[:MODEL][?OPTS] | '

@@ -310,24 +310,50 @@ def fingerprint(self: HFTextEncoder) -> str:
         self._fingerprint = f"{self.name}-{d[:20]}"
     return self._fingerprint
 
+# %% ../nbs/05_encoders.ipynb #b1c7e0a2
 @patch
-def _encode(self: HFTextEncoder, texts, prefix, batch_size, progress, who):
+def _tokenize_sorted(self: HFTextEncoder, texts, prefix):
+    "Tokenize every text once (truncated, unpadded) and return the ids plus an order by decreasing *token* count."
+    enc = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=self.max_length, padding=False)
+    ids = enc['input_ids']
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))       # token-length buckets: padding only within a batch
+    return enc, order
+
+@patch
+def _pad_batch(self: HFTextEncoder, enc, idx):
+    "Pad the pre-tokenized rows `idx` to their longest member, on the tokenizer's padding side."
+    import torch
+    width, left = max(len(enc['input_ids'][i]) for i in idx), self.tokenizer.padding_side == 'left'
+    pads = {'input_ids': self.tokenizer.pad_token_id, 'attention_mask': 0, 'token_type_ids': self.tokenizer.pad_token_type_id}
+    out = {}
+    for k in enc.keys():
+        if k not in pads: continue
+        rows = [enc[k][i] for i in idx]
+        fill = [[pads[k]] * (width - len(r)) for r in rows]
+        out[k] = torch.tensor([f + r if left else r + f for r, f in zip(rows, fill)], dtype=torch.long, device=self.device)
+    return out
+
+# %% ../nbs/05_encoders.ipynb #b1c7e0a3
+@patch
+def _encode(self: HFTextEncoder, texts, prefix, batch_size, progress, who, chunk: int = 8192):
     import torch
     texts = check_texts(texts, who)
     if batch_size < 1: raise ValueError(f"{who}: batch_size must be >= 1, got {batch_size}")
     out = np.zeros((len(texts), self.dim), dtype=np.float32)
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))     # similar lengths share a batch: less padding
-    starts = range(0, len(order), batch_size)
+    bar = tqdm(total=len(texts), desc=f"{self.name} {who}", disable=not progress, leave=False)
     with torch.inference_mode():
-        for s in tqdm(starts, desc=f"{self.name} {who}", disable=not progress, leave=False):
-            idx = order[s:s + batch_size]
-            batch = self.tokenizer([prefix + texts[i] for i in idx], padding=True, truncation=True,
-                                   max_length=self.max_length, return_tensors='pt').to(self.device)
-            hidden = self.model(**batch).last_hidden_state
-            v = pool_hidden(hidden, batch['attention_mask'], self.pooling)
-            for d in self.dense: v = d(v)
-            if self.normalize: v = torch.nn.functional.normalize(v.float(), p=2, dim=1)
-            out[idx] = v.float().cpu().numpy()
+        for c0 in range(0, len(texts), chunk):                          # bounded memory for the token lists
+            enc, order = self._tokenize_sorted(texts[c0:c0 + chunk], prefix)
+            for s in range(0, len(order), batch_size):
+                idx = order[s:s + batch_size]
+                batch = self._pad_batch(enc, idx)
+                hidden = self.model(**batch).last_hidden_state
+                v = pool_hidden(hidden, batch['attention_mask'], self.pooling)
+                for d in self.dense: v = d(v)
+                if self.normalize: v = torch.nn.functional.normalize(v.float(), p=2, dim=1)
+                out[[c0 + i for i in idx]] = v.float().cpu().numpy()
+                bar.update(len(idx))
+    bar.close()
     return out
 
 @patch

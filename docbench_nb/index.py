@@ -12,7 +12,7 @@ from .records import Unit, Query, Run
 from .spec import Option
 from .cache import stage_dir, atomic_write_json
 from .unitindex import (group_by_doc, DenseIndex, check_units, duplicate_ids, empty_run, check_query_ids,
-                                   write_units, read_units, top_docs)
+                                   write_units, read_units, top_docs, ANN_INDEXES)
 from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached
 from .retrievers import Retriever, RetrieverBase, register_retriever, make_retriever
 from fastcore.basics import patch
@@ -171,10 +171,12 @@ def check_queries(queries, who):
 # %% ../nbs/06_index.ipynb #58566806
 class DenseRetriever(RetrieverBase):
     "Dense retrieval: `encoder` (an Encoder, or a spec for `load_encoder`) + cached embeddings + exact `DenseIndex`."
-    def __init__(self, encoder='minilm', cache=None, backend: str = 'auto', batch_size: int = 32):
+    def __init__(self, encoder='minilm', cache=None, backend: str = 'auto', batch_size: int = 32, ann: Optional[dict] = None):
         self.encoder = load_encoder(encoder) if isinstance(encoder, str) else as_encoder(encoder)
         self.cache = EmbeddingCache() if cache is None else cache        # False: no caching
         self.backend, self.batch_size = backend, batch_size
+        self.ann = dict(ann or {})                     # DenseIndex(index='hnsw'|'ivf', m, ef_search, nlist, nprobe); default exact
+        DenseIndex(1, backend, **self.ann)             # refuse bad settings now, before any embedding
         self.name = f"dense:{self.encoder.name}"
         self.tokenizer = getattr(self.encoder, 'tokenizer', None)
         self.window = getattr(self.encoder, 'max_length', None)
@@ -191,7 +193,7 @@ class DenseRetriever(RetrieverBase):
                                    "image-only units — give them a caption/OCR text or use an image encoder")
         vecs = embed_cached(self.encoder, [u.text for u in units], kind='unit', cache=self.cache,
                             batch_size=self.batch_size, progress=progress)
-        self._index = DenseIndex(self.encoder.dim, self.backend).add(units, vecs)
+        self._index = DenseIndex(self.encoder.dim, self.backend, **self.ann).add(units, vecs)
 
     def _query_vectors(self, queries):
         return embed_cached(self.encoder, [q.text for q in queries], kind='query', cache=self.cache,
@@ -298,11 +300,17 @@ _BM25_OPTIONS = {'k1': Option(float, 1.5, min=0, help='term-frequency saturation
 @register_retriever('bm25', model='none', options=_BM25_OPTIONS, help='BM25 keyword search (bm25s) over unit text')
 def _bm25(spec, opts, **ctx): return BM25Retriever(**{k: v for k, v in opts.items() if v is not None})
 
-@register_retriever('dense', model='optional', options={'batch_size': Option(int, 32, min=1)},
-                    help='a text embedder (default: bundled all-MiniLM-L6-v2) + exact max-over-units search')
+_DENSE_OPTIONS = {'batch_size': Option(int, 32, min=1),
+                  'index': Option(str, 'exact', choices=ANN_INDEXES, help='exact (default), or approximate faiss hnsw / ivf'),
+                  'm': Option(int, 32, min=2, help='hnsw graph degree'), 'ef_search': Option(int, 64, min=1, help='hnsw search beam'),
+                  'nlist': Option(int, 0, min=0, help='ivf lists (0: 4*sqrt(units))'), 'nprobe': Option(int, 16, min=1, help='ivf lists scanned')}
+
+@register_retriever('dense', model='optional', options=_DENSE_OPTIONS,
+                    help='a text embedder (default: bundled all-MiniLM-L6-v2) + max-over-units search (exact by default)')
 def _dense(spec, opts, *, cache_dir=None, device=None, **ctx):
+    ann = {k: opts[k] for k in ('index', 'm', 'ef_search', 'nlist', 'nprobe')}
     return DenseRetriever(load_encoder(_encoder_spec(spec), **({'device': device} if device else {})),
-                          cache=_embedding_cache(cache_dir), batch_size=opts['batch_size'])
+                          cache=_embedding_cache(cache_dir), batch_size=opts['batch_size'], ann=ann)
 
 @register_retriever('hybrid', model='optional', options={'k_rrf': Option(int, 60, min=1, help='RRF constant'),
                                                          'depth': Option(int, 100, min=1, help='ranks fused per part')},

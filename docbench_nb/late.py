@@ -280,6 +280,7 @@ def embed_tokens_cached(encoder, texts: Sequence[str], kind: str = 'unit', cache
     return [np.asarray(found[k], dtype=np.float32) for k in keys]
 
 # %% ../nbs/06a_late.ipynb #9ed6c8f1
+_INDEX_CHUNK = 256                 # units embedded (float32) per step of `LateRetriever.index` before being stored in `dtype`
 _LATE_BLOCK_BYTES = 64 << 20      # score buffer per block (measured: larger blocks are no faster, bench/bench_late.py)
 
 class LateInteractionIndex:
@@ -328,16 +329,25 @@ def add(self: LateInteractionIndex, units: Sequence[Unit], matrices: Sequence[np
 
 @patch
 def _finalize(self: LateInteractionIndex):
+    """Merge pending units into one token matrix, grouped by document: written once into a preallocated array, each
+    pending matrix released as it is copied, so the peak stays near the index size (not the inputs plus two copies)."""
     if not self._pending: return
-    old = [self.tokens[self.offsets[i]:self.offsets[i + 1]] for i in range(len(self.units))]
+    old, old_off = self.tokens, self.offsets
+    srcs = [(old, int(old_off[i]), int(old_off[i + 1])) for i in range(len(self.units))]
+    for _, ms in self._pending: srcs += [(m, 0, len(m)) for m in ms]
+    ms = None
     units = self.units + [u for us, _ in self._pending for u in us]
-    mats = old + [m for _, ms in self._pending for m in ms]
     self._pending = []
     order, self._doc_starts, self._docs = group_by_doc([u.doc_id for u in units])
-    if order is not None: units, mats = [units[i] for i in order], [mats[i] for i in order]
-    self.units = units
-    self.offsets = np.concatenate([[0], np.cumsum([len(m) for m in mats])]).astype(np.int64)
-    self.tokens = np.ascontiguousarray(np.concatenate(mats).astype(self.dtype, copy=False))
+    if order is None: order = range(len(units))
+    lens = np.fromiter((srcs[i][2] - srcs[i][1] for i in order), dtype=np.int64, count=len(units))
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    tokens = np.empty((int(offsets[-1]), self.dim), dtype=self.dtype)
+    for r, i in enumerate(order):
+        m, a, b = srcs[i]
+        tokens[offsets[r]:offsets[r + 1]] = m[a:b]
+        if m is not old: srcs[i] = None                                   # drop the pending copy now
+    self.units, self.offsets, self.tokens = [units[i] for i in order], offsets, tokens
 
 # %% ../nbs/06a_late.ipynb #e7c02268
 def _query_batches(qs: list, max_cols: int = 1024) -> list:
@@ -479,14 +489,17 @@ def index(self: LateRetriever, units: Sequence[Unit], progress: bool = True):
     units = list(units)
     for i, u in enumerate(units):
         if not isinstance(u, Unit): raise TypeError(f"{self.name}.index: item {i} is {type(u).__name__}, not Unit")
+    ix = LateInteractionIndex(self.encoder.dim, self.dtype)
     if getattr(self.encoder, 'modality', 'text') == 'image':
-        mats = self._image_mats(units, progress)
+        ix.add(units, self._image_mats(units, progress))
     else:
         empty = [u.unit_id for u in units if not u.text.strip()]
         if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); OCR them first "
                                    "(docbench_nb.ocr.ocr_units) or use an image late-interaction encoder")
-        mats = embed_tokens_cached(self.encoder, [u.text for u in units], 'unit', self.cache, self.batch_size, progress)
-    self._index = LateInteractionIndex(self.encoder.dim, self.dtype).add(units, mats)
+        for s in range(0, len(units), _INDEX_CHUNK):                       # float32 matrices of one chunk alive at a time
+            chunk = units[s:s + _INDEX_CHUNK]
+            ix.add(chunk, embed_tokens_cached(self.encoder, [u.text for u in chunk], 'unit', self.cache, self.batch_size, progress))
+    self._index = ix
 
 # %% ../nbs/06a_late.ipynb #1d52c9be
 @patch

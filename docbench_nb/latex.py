@@ -275,15 +275,29 @@ def _is_tar_header(head: bytes) -> bool:
     try: tarfile.TarInfo.frombuf(head, 'utf-8', 'surrogateescape'); return True
     except Exception: return False
 
+def _size(n: int) -> str:
+    "`n` bytes for a message: `2.0 GB`, `1.0 kB`."
+    for unit, k in (('GB', 1024**3), ('MB', 1024**2), ('kB', 1024)):
+        if n >= k: return f'{n / k:.1f} {unit}'
+    return f'{n} bytes'
+
+def _too_big(what, member, limit) -> LatexSourceError:
+    "The error for an archive whose unpacked size passes `limit`, naming the `member` that took it there."
+    return LatexSourceError(f"{what}: member {member!r} expands past the {_size(limit)} limit on the unpacked size "
+                            f"({limit:,} bytes; a decompression bomb?)")
+
+class _LimitHit(LatexSourceError):
+    "The decompressed stream passed its limit (the member being written is named by `_write_member`)."
+
 class _Limited(io.RawIOBase):
-    "Readable wrapper that raises `LatexSourceError` once more than `limit` bytes were read."
+    "Readable wrapper that raises `_LimitHit` once more than `limit` bytes were read."
     def __init__(self, f, limit, what): self.f, self.limit, self.what, self.n = f, limit, what, 0
     def readable(self): return True
     def readinto(self, b):
         data = self.f.read(min(len(b), 1 << 20))
         self.n += len(data)
         if self.n > self.limit:
-            raise LatexSourceError(f'{self.what}: uncompressed size exceeds the limit of {self.limit:,} bytes (decompression bomb?)')
+            raise _LimitHit(f'{self.what}: the uncompressed stream passes the {_size(self.limit)} limit ({self.limit:,} bytes; a decompression bomb?)')
         b[:len(data)] = data
         return len(data)
 
@@ -300,21 +314,22 @@ def _safe_member_name(name):
     return '/'.join(parts)
 
 def _write_member(dest, rel, src, what, budget):
-    "Copy stream `src` to `dest/rel`; `budget` is a one-item list of bytes still allowed."
+    "Copy stream `src` to `dest/rel`; `budget` is `[bytes still allowed, the limit]`; the error names `rel`."
     target = os.path.join(dest, *rel.split('/'))
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.isdir(target): return False
     with open(target, 'wb') as out:
         while True:
-            chunk = src.read(1 << 20)
+            try: chunk = src.read(1 << 20)
+            except _LimitHit: raise _too_big(what, rel, budget[1]) from None
             if not chunk: break
             budget[0] -= len(chunk)
-            if budget[0] < 0: raise LatexSourceError(f'{what}: uncompressed size exceeds the limit (decompression bomb?)')
+            if budget[0] < 0: raise _too_big(what, rel, budget[1])
             out.write(chunk)
     return True
 
 def _extract_tar(fileobj, dest, what, warnings, max_bytes, max_members):
-    budget, count = [max_bytes], 0
+    budget, count = [max_bytes, max_bytes], 0
     try:
         with tarfile.open(fileobj=fileobj, mode='r|*') as tf:
             for m in tf:
@@ -331,8 +346,7 @@ def _extract_tar(fileobj, dest, what, warnings, max_bytes, max_members):
                 if not m.isfile():
                     kind = 'symlink' if m.issym() else 'hard link' if m.islnk() else 'device/fifo/special file'
                     warnings.append(f'{what}: skipped {kind} member {m.name!r}'); continue
-                if m.size > budget[0]:
-                    raise LatexSourceError(f'{what}: uncompressed size exceeds the limit of {max_bytes:,} bytes (decompression bomb?)')
+                if m.size > budget[0]: raise _too_big(what, rel, max_bytes)
                 try:
                     if not _write_member(dest, rel, tf.extractfile(m), what, budget):
                         warnings.append(f'{what}: skipped member {m.name!r} (clashes with a folder)')
@@ -344,7 +358,7 @@ def _extract_tar(fileobj, dest, what, warnings, max_bytes, max_members):
 
 # %% ../nbs/01_latex.ipynb #8ef38b43
 def _extract_zip(path, dest, what, warnings, max_bytes, max_members):
-    budget = [max_bytes]
+    budget = [max_bytes, max_bytes]
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
@@ -378,7 +392,7 @@ def _unpack(path, kind, dest, pid, warnings, max_bytes, max_members):
             if _is_tar_header(head): _extract_tar(stream, dest, what, warnings, max_bytes, max_members)
             elif head[:5] == b'%PDF-': raise LatexSourceError(f'{what}: contains a PDF, not LaTeX source')
             else:   # arXiv's single-file submission: a gzipped .tex
-                try: _write_member(dest, f'{pid}.tex', stream, what, [max_bytes])
+                try: _write_member(dest, f'{pid}.tex', stream, what, [max_bytes, max_bytes])
                 except (OSError, EOFError, lzma.LZMAError) as e:
                     raise LatexSourceError(f'{what}: corrupt {kind} data ({e})') from e
     else: raise LatexSourceError(f'{what}: not an archive ({kind})')

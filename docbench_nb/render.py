@@ -21,8 +21,9 @@ from .repair import (CLASS_SHIM, FRONT_MATTER_SHIM, BODY_SHIM, PACKAGE_SHIMS, cl
                                 repair_preamble, _repair, comment_spans, in_spans)
 
 # %% auto #0
-__all__ = ['RENDER_VERSION', 'PAGES_VERSION', 'OWN_LATEX_PATHS', 'PAGES_PER_CALL', 'MICROTYPE_FIX', 'RenderResult',
-           'pdf_page_count', 'render_pages', 'tree_digest', 'render_paper', 'render_snippet']
+__all__ = ['RENDER_VERSION', 'PAGES_VERSION', 'OWN_LATEX_PATHS', 'PAGES_PER_CALL', 'DEFAULT_MAX_PAGES', 'FALLBACK_RESERVE',
+           'MICROTYPE_FIX', 'RenderResult', 'pdf_page_count', 'render_pages', 'tree_digest', 'render_paper',
+           'render_snippet']
 
 # %% ../nbs/03a_render.ipynb #3dab1d27
 @dataclass
@@ -37,6 +38,10 @@ class RenderResult:
     warnings: list = field(default_factory=list)
     repairs: list = field(default_factory=list)     # what was changed in the preamble before it compiled ('repaired')
     synctex: Optional[str] = None                    # the compile's SyncTeX file (own-LaTeX paths only; see `pagemap`)
+    n_pages_pdf: Optional[int] = None                # pages of the PDF (more than `len(pages)` when the page cap cut it)
+    max_pages: Optional[int] = None                  # the page cap this render ran under (None: no cap)
+    timeout: Optional[float] = None                  # the total deadline it ran under (a cached timed-out failure is retried under a longer one)
+    timed_out: bool = False                          # a deadline stopped it (compile, fallback or rasterizing)
     def to_dict(self): return asdict(self)
     @classmethod
     def from_dict(cls, d):
@@ -48,6 +53,8 @@ RENDER_VERSION = 'v3'                 # part of render_paper's cache key: bump w
 PAGES_VERSION = 'v1'                  # rasterized pages and snippets (keyed by PDF / text content): unchanged by repairs
 OWN_LATEX_PATHS = ('compiled', 'repaired')   # render paths that show the authors' own layout
 PAGES_PER_CALL = 16                   # pdftoppm pages per call (raw PPMs are ~3 MB a page at 1M pixels)
+DEFAULT_MAX_PAGES = 300               # page cap when `max_pages=None` (0: no cap); see "Bounded work" below
+FALLBACK_RESERVE = 0.25               # share of the deadline the own compile leaves to the fallback and rasterizing
 
 # %% ../nbs/03a_render.ipynb #d49c6859
 def pdf_page_count(pdf, timeout: float = 60) -> int:
@@ -61,10 +68,15 @@ def pdf_page_count(pdf, timeout: float = 60) -> int:
 
 def render_pages(pdf, max_pixels: int = 1_000_000, dpi: float | None = None, first: int | None = None,
                  last: int | None = None, timeout: float = 120, cache_dir=None) -> list:
-    "PNG paths of pages `first..last` (1-based, inclusive; default all) of `pdf`, each at most `max_pixels` pixels."
+    "PNG paths of pages `first..last` (1-based, inclusive; default all) of `pdf`, each at most `max_pixels` pixels. `timeout` is a total over every tool call."
     if not shutil.which('pdftoppm'): raise RenderError('pdftoppm is not installed (Debian: poppler-utils)')
     pdf = Path(pdf)
-    n = pdf_page_count(pdf, timeout)
+    deadline = time.monotonic() + timeout
+    def left(what):
+        t = deadline - time.monotonic()
+        if t <= 0: raise AssetError(pdf, f'render deadline of {timeout:g}s passed before {what}', 'pdf')
+        return t
+    n = pdf_page_count(pdf, left('counting pages'))
     a, b = max(1, first or 1), min(n, last or n)
     if a > b: return []
     key = f"{file_sha256(pdf)}-{int(max_pixels)}-{dpi or 'auto'}-{a}-{b}"
@@ -75,21 +87,21 @@ def render_pages(pdf, max_pixels: int = 1_000_000, dpi: float | None = None, fir
         if all((final / x).exists() for x in names): return [str(final / x) for x in names]
     base.mkdir(parents=True, exist_ok=True)
     if dpi is None:
-        sizes = pdf_page_sizes(pdf, a, b, timeout) or [(612.0, 792.0)]
+        sizes = pdf_page_sizes(pdf, a, b, left('reading page sizes')) or [(612.0, 792.0)]
         dpi = _vector_dpi(*max(sizes, key=lambda s: s[0] * s[1]), max_pixels)
     tmp = Path(tempfile.mkdtemp(dir=base, prefix='.tmp-'))
-    deadline = time.monotonic() + timeout
     try:
         names = []
         for c0 in range(a, b + 1, PAGES_PER_CALL):       # chunks bound the raw PPMs on disk at any time
             c1 = min(b, c0 + PAGES_PER_CALL - 1)
             try: r = run_tool(['pdftoppm', '-f', str(c0), '-l', str(c1), '-r', f'{dpi:.4f}',
-                               str(pdf.absolute()), str(tmp / 'p')], max(1.0, deadline - time.monotonic()))
-            except ToolTimeout as e: raise AssetError(pdf, f'{e} (rasterizing pages {c0}-{c1})', 'pdf')
+                               str(pdf.absolute()), str(tmp / 'p')], left(f'rasterizing pages {c0}-{c1} of {a}-{b}'))
+            except ToolTimeout as e: raise AssetError(pdf, f'{e}: render deadline passed (rasterizing pages {c0}-{c1} of {a}-{b})', 'pdf')
             outs = sorted(tmp.glob('p-*.ppm'), key=lambda p: int(p.stem.split('-')[-1]))
             if r.returncode != 0 or not outs:
                 raise AssetError(pdf, f"pdftoppm failed (exit {r.returncode}): {r.stderr.decode('latin-1').strip()[:300]}", 'pdf')
             for p in outs:
+                left(f'encoding page {p.stem.split("-")[-1]} of {a}-{b}')
                 name = f'page-{int(p.stem.split("-")[-1]):04d}.png'
                 with Image.open(p) as im:
                     size = fit_max_pixels(*im.size, max_pixels)
@@ -254,11 +266,11 @@ def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixel
     return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
 
 def _store_render(d: Path, res: RenderResult, pdf) -> None:
-    "Keep the PDF (and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically)."
+    "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically)."
     d.mkdir(parents=True, exist_ok=True)
-    res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
-    sync = Path(pdf).with_suffix('.synctex.gz')
-    if res.path in OWN_LATEX_PATHS and sync.exists():
+    if pdf is not None: res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
+    sync = Path(pdf).with_suffix('.synctex.gz') if pdf is not None else None
+    if res.path in OWN_LATEX_PATHS and sync is not None and sync.exists():
         res.synctex = str(d / 'paper.synctex.gz'); shutil.copyfile(sync, res.synctex)
     atomic_write_json(d / 'result.json', res.to_dict())
 
@@ -287,17 +299,19 @@ def _compile_own(root: Path, main_file: str, out_dir, timeout: float, engine: st
     return pdf, log_tail, repairs
 
 # %% ../nbs/03a_render.ipynb #78c31d1a
-def _has_pages(pdf, warns: list) -> bool:
-    "Whether compiled `pdf` has at least one readable page."
-    try: return pdf_page_count(pdf) > 0
-    except AssetError as e: warns.append(f'compiled PDF is unreadable: {e}'); return False
+def _has_pages(pdf, warns: list, timeout: float = 60) -> int:
+    "The number of pages of compiled `pdf`; 0 when it has none or cannot be read (with a warning)."
+    try: return pdf_page_count(pdf, max(0.0, timeout))
+    except AssetError as e: warns.append(f'compiled PDF is unreadable: {e}'); return 0
 
 def _compile_fallback(paper: Paper, out_dir, timeout: float, warns: list) -> tuple:
-    "`(pdf | None, path)`: the paper's text typeset by the first `STRATEGIES` entry that compiles (`'fallback'`), else `'failed'`."
-    pdf = None
+    "`(pdf | None, path)`: the paper's text typeset by the first `STRATEGIES` entry that compiles (`'fallback'`), else `'failed'`; all strategies share `timeout`."
+    pdf, deadline = None, time.monotonic() + timeout
     for strategy in STRATEGIES:
+        if deadline - time.monotonic() < 1:
+            warns.append(f'render deadline passed before fallback strategy {strategy!r}'); break
         doc = minimal_document(paper.text, title=paper.title, strategy=strategy)
-        pdf, flog = compile_tex_string(doc, out_dir=out_dir, timeout=timeout)
+        pdf, flog = compile_tex_string(doc, out_dir=out_dir, timeout=deadline - time.monotonic())
         if pdf is not None:
             if strategy != 'keep-math': warns.append(f'fallback used strategy {strategy!r}')
             n_err = len(tex_errors(flog))
@@ -307,34 +321,49 @@ def _compile_fallback(paper: Paper, out_dir, timeout: float, warns: list) -> tup
     return pdf, 'failed'
 
 # %% ../nbs/03a_render.ipynb #23abd0dc
+def _page_cap(max_pages) -> int | None:
+    "The page cap for `max_pages`: `DEFAULT_MAX_PAGES` for None, no cap (None) for 0."
+    if max_pages is None: return DEFAULT_MAX_PAGES
+    if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 0:
+        raise ValueError(f'max_pages must be a whole number >= 0 (0: no cap), got {max_pages!r}')
+    return max_pages or None
+
 def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 120,
                  engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
-    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`)."
-    t0 = time.time()
-    paper = _as_paper(paper_or_src)
+    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too."
+    t0 = time.time(); deadline = time.monotonic() + timeout
+    left = lambda: deadline - time.monotonic()
+    paper, cap = _as_paper(paper_or_src), _page_cap(max_pages)
     cache = cache_root(cache_dir)
     root = Path(paper.root or '.')
     have_src = bool(paper.main_file) and (root / paper.main_file).is_file()
     d = _render_dir(cache, paper, root, have_src, max_pixels, engine, max_pages, max_repairs)
     hit = _load_cached(d)
-    if hit: return hit
-    warns, log_tail, pdf, repairs = [], '', None, []
-    if not (shutil.which(engine) and shutil.which('pdftoppm')):
+    if hit and not (hit.path == 'failed' and hit.timed_out and timeout > (hit.timeout or 0)): return hit
+    warns, log_tail, pdf, repairs, n_pdf = [], '', None, [], None
+    if not (shutil.which(engine) and shutil.which('pdftoppm')):     # about this machine: not cached
         return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed'], seconds=time.time() - t0)
     tmp_out = Path(tempfile.mkdtemp(prefix='docbench-render-'))
     try:
-        if have_src: pdf, log_tail, repairs = _compile_own(root, paper.main_file, tmp_out, timeout, engine, max_repairs, warns)
+        if have_src: pdf, log_tail, repairs = _compile_own(root, paper.main_file, tmp_out, timeout * (1 - FALLBACK_RESERVE),
+                                                           engine, max_repairs, warns)
         else: warns.append(f'no main file in {root}: using the fallback')
-        if pdf is not None and _has_pages(pdf, warns): path = 'repaired' if repairs else 'compiled'
+        if pdf is not None and (n_pdf := _has_pages(pdf, warns, max(1.0, left()))): path = 'repaired' if repairs else 'compiled'
         else:
             repairs = []
-            pdf, path = _compile_fallback(paper, tmp_out, timeout, warns)
+            pdf, path = _compile_fallback(paper, tmp_out, left(), warns)
+            n_pdf = _has_pages(pdf, warns, max(1.0, left())) if pdf is not None else None
         pages = []
         if pdf is not None:
-            try: pages = render_pages(pdf, max_pixels=max_pixels, last=max_pages, timeout=timeout, cache_dir=cache)
+            if cap and n_pdf and n_pdf > cap: warns.append(f'rendered the first {cap} of {n_pdf} pages (max_pages={cap})')
+            try:
+                if left() <= 0: raise AssetError(pdf, f'render deadline of {timeout:g}s passed before rasterizing', 'pdf')
+                pages = render_pages(pdf, max_pixels=max_pixels, last=cap, timeout=left(), cache_dir=cache)
             except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
-        res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs)
-        if path != 'failed': _store_render(d, res, pdf)
+        timed_out = path == 'failed' and any(x in w for w in warns for x in ('timed out', 'deadline', 'killed after', 'TIMEOUT'))
+        res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs,
+                           n_pages_pdf=n_pdf, max_pages=cap, timeout=timeout, timed_out=timed_out)
+        _store_render(d, res, pdf if path != 'failed' else None)
         return res
     finally: shutil.rmtree(tmp_out, ignore_errors=True)
 

@@ -4,13 +4,13 @@
 
 # %% ../nbs/03b_sandbox.ipynb #240947e5
 from __future__ import annotations
-import os, re, json, math, time, shutil, hashlib, tempfile, unicodedata
+import os, re, json, math, time, signal, shutil, hashlib, tempfile, unicodedata
 from pathlib import Path
-from .assets import run_tool, ToolTimeout
+from .assets import run_tool, ToolTimeout, TOOL_REPORT_TAIL
 
 # %% auto #0
-__all__ = ['ENGINES', 'MAX_TREE_BYTES', 'MAX_OUTPUT_FILE_BYTES', 'RenderError', 'tex_errors', 'keep_synctex', 'compile_latex',
-           'compile_tex_string']
+__all__ = ['ENGINES', 'MAX_TREE_BYTES', 'MAX_OUTPUT_FILE_BYTES', 'MAX_LOG_READ', 'RenderError', 'tex_errors', 'keep_synctex',
+           'compile_latex', 'compile_tex_string']
 
 # %% ../nbs/03b_sandbox.ipynb #4fe57243
 class RenderError(Exception):
@@ -18,7 +18,8 @@ class RenderError(Exception):
 
 ENGINES = ('pdflatex', 'xelatex')   # lualatex is left out: Lua's own io library is not confined by openin_any
 MAX_TREE_BYTES = 2 * 1024**3
-MAX_OUTPUT_FILE_BYTES = 1024**3       # RLIMIT_FSIZE for the TeX process: a runaway \write cannot fill the disk
+MAX_OUTPUT_FILE_BYTES = 512 * 1024**2  # RLIMIT_FSIZE for the TeX process: a runaway \write or .log cannot fill the disk
+MAX_LOG_READ = 4 * 1024**2            # bytes of a TeX log read back (its first 1 MB and last 3 MB when larger)
 
 # %% ../nbs/03b_sandbox.ipynb #750777f7
 def _copy_tree(root: Path, dest: Path) -> list:
@@ -106,6 +107,16 @@ def keep_synctex(sync_gz, src: Path, cwd: Path, dest, main_rel: str, main_text=N
     return str(dest)
 
 # %% ../nbs/03b_sandbox.ipynb #81a6f047
+def _read_log(path: Path, limit: int = MAX_LOG_READ) -> str:
+    "TeX log `path` as text, '' when absent; a log over `limit` bytes is read as its first quarter and last three quarters."
+    try:
+        with open(path, 'rb') as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit: return f.read().decode('latin-1')
+            head = f.read(limit // 4); f.seek(size - (limit - limit // 4)); tail = f.read()
+    except OSError: return ''
+    return (head + b'\n[docbench] ... %d bytes of the log skipped ...\n' % (size - len(head) - len(tail)) + tail).decode('latin-1')
+
 def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engine: str = 'pdflatex',
                   runs: int = 2, main_text: str | None = None, synctex: bool = False) -> tuple:
     "Compile `root/main_file` in a sandboxed copy; `(pdf_path | None, log)`. `timeout` covers all runs; the PDF goes to `out_dir` (default: a new temp folder the caller owns). `main_text` replaces the main file's content in the copy only. With `synctex`, `<job>.synctex.gz` lands next to the PDF, its paths relative to `root` (see `keep_synctex`)."
@@ -128,12 +139,14 @@ def compile_latex(root, main_file: str, out_dir=None, timeout: float = 120, engi
         for k in range(max(1, runs)):
             left = deadline - time.monotonic()
             if left <= 0.5: notes.append(f'no time left for TeX run {k + 1}'); break
-            try: r = run_tool(cmd, timeout=left, cwd=cwd, env=env, preexec_fn=_limit_resources)
+            try: r = run_tool(cmd, timeout=left, cwd=cwd, env=env, preexec_fn=_limit_resources, max_output=TOOL_REPORT_TAIL)
             except ToolTimeout as e:
-                tail = (cwd / f'{job}.log').read_bytes().decode('latin-1') if (cwd / f'{job}.log').exists() else ''
+                tail = _read_log(cwd / f'{job}.log') or (e.stdout + e.stderr).decode('latin-1')
                 return None, '\n'.join([f'[docbench] {n}' for n in notes] + [tail, f'[docbench] TIMEOUT: {e}'])
-            logf = cwd / f'{job}.log'
-            log = logf.read_bytes().decode('latin-1') if logf.exists() else (r.stdout + r.stderr).decode('latin-1')
+            log = _read_log(cwd / f'{job}.log') or (r.stdout + r.stderr).decode('latin-1')
+            if r.returncode == -signal.SIGXFSZ:
+                notes.append(f'TeX killed: a file it wrote passed the {MAX_OUTPUT_FILE_BYTES / 1024**2:,.0f} MB file size limit (SIGXFSZ)')
+                break
             if not pdf.exists() or not _needs_rerun(log, cwd, job): break
         log = '\n'.join([f'[docbench] {n}' for n in notes] + [log])
         if not pdf.exists() or pdf.stat().st_size == 0: return None, log

@@ -13,8 +13,8 @@ from fastcore.basics import patch
 from .cache import atomic_open, atomic_write, atomic_write_json, atomic_save_npy, load_npy_verified
 
 # %% auto #0
-__all__ = ['group_by_doc', 'check_units', 'write_units', 'read_units', 'duplicate_ids', 'empty_run', 'check_query_ids',
-           'top_docs', 'DenseIndex']
+__all__ = ['ANN_INDEXES', 'group_by_doc', 'check_units', 'check_ann', 'write_units', 'read_units', 'duplicate_ids', 'empty_run',
+           'check_query_ids', 'top_docs', 'DenseIndex']
 
 # %% ../nbs/04d_unitindex.ipynb #7f44b98b
 def group_by_doc(doc_ids: Sequence[str]):
@@ -48,6 +48,18 @@ def _resolve_backend(backend: str) -> str:
         try: import faiss  # noqa: F401
         except ImportError: raise ImportError("backend='faiss' needs faiss-cpu (pip install faiss-cpu)") from None
     return backend
+
+ANN_INDEXES = ('exact', 'hnsw', 'ivf')
+
+def check_ann(index: str, m: int, ef_search: int, nlist: int, nprobe: int) -> dict:
+    "Validate the approximate-index settings; `index='exact'` (the default) ignores the others."
+    if index not in ANN_INDEXES: raise ValueError(f"index {index!r}: expected one of {ANN_INDEXES}")
+    for name, v, lo in (('m', m, 2), ('ef_search', ef_search, 1), ('nlist', nlist, 0), ('nprobe', nprobe, 1)):
+        if not isinstance(v, (int, np.integer)) or v < lo: raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if index != 'exact':
+        try: import faiss  # noqa: F401
+        except ImportError: raise ImportError(f"index={index!r} needs faiss-cpu (pip install faiss-cpu)") from None
+    return dict(index=index, m=int(m), ef_search=int(ef_search), nlist=int(nlist), nprobe=int(nprobe))
 
 def write_units(path: Path, units):
     "Units as JSON lines at `path`, atomically."
@@ -91,15 +103,18 @@ def top_docs(unit_scores: np.ndarray, starts: np.ndarray, docs: Sequence[str], u
 # %% ../nbs/04d_unitindex.ipynb #3146e8fa
 class DenseIndex:
     "Exact inner-product search over unit vectors; a document scores the max over its units (best unit kept as provenance)."
-    def __init__(self, dim: int, backend: str = 'auto'):
+    def __init__(self, dim: int, backend: str = 'auto', index: str = 'exact', m: int = 32, ef_search: int = 64,
+                 nlist: int = 0, nprobe: int = 16):
         if int(dim) < 1: raise ValueError(f"DenseIndex: dim must be >= 1, got {dim}")
         self.dim, self.backend = int(dim), _resolve_backend(backend)
+        self.ann = check_ann(index, m, ef_search, nlist, nprobe)          # index='exact' | 'hnsw' | 'ivf' (+ settings)
         self.units, self.vectors = [], np.zeros((0, self.dim), dtype=np.float32)
         self._pending, self._ids = [], set()
         self._starts, self._docs, self._faiss = np.zeros(0, dtype=np.intp), [], None
 
     def __len__(self): self._finalize(); return len(self.units)
-    def __repr__(self): return f"DenseIndex(dim={self.dim}, backend={self.backend!r}, units={len(self)}, docs={len(self._docs)})"
+    def __repr__(self):
+        return f"DenseIndex(dim={self.dim}, backend={self.backend!r}, index={self.ann['index']!r}, units={len(self)}, docs={len(self._docs)})"
 
     @property
     def index_bytes(self) -> int:
@@ -151,18 +166,33 @@ def _search_numpy(self: DenseIndex, q, kk):
             best = [starts[d] + int(np.argmax(S[r, starts[d]:ends[d]])) for d in docs]
             yield docs, M[r, docs], best
 
+def _build_faiss(vecs: np.ndarray, ann: dict):
+    "Exact `IndexFlatIP`, or the approximate `IndexHNSWFlat` / `IndexIVFFlat`, on inner product, holding `vecs`."
+    import faiss
+    d, n = vecs.shape[1], len(vecs)
+    if ann['index'] == 'hnsw':
+        ix = faiss.IndexHNSWFlat(d, ann['m'], faiss.METRIC_INNER_PRODUCT)
+        ix.hnsw.efSearch = ann['ef_search']
+    elif ann['index'] == 'ivf':
+        nlist = min(n, ann['nlist'] or max(1, int(4 * np.sqrt(n))))          # default 4*sqrt(n) lists
+        ix = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(0)
+        ix.train(vecs if n <= 64 * nlist else vecs[np.sort(rng.choice(n, 64 * nlist, replace=False))])
+        ix.nprobe = min(nlist, ann['nprobe'])
+    else: ix = faiss.IndexFlatIP(d)
+    ix.add(np.ascontiguousarray(vecs, dtype=np.float32))
+    return ix
+
 @patch
 def _faiss_index(self: DenseIndex):
     if self._faiss is None:
-        import faiss
-        self._faiss = faiss.IndexFlatIP(self.dim)
-        self._faiss.add(self.vectors)
+        self._faiss = _build_faiss(self.vectors, self.ann)
         self._unit_doc = np.repeat(np.arange(len(self._docs)), np.diff(np.append(self._starts, len(self.units))))
     return self._faiss
 
 @patch
 def _search_faiss(self: DenseIndex, q, kk, unit_k):
-    "faiss IndexFlatIP over units; `unit_k` doubles until each query's unit list covers kk distinct docs (exact)."
+    "faiss over units; `unit_k` doubles until each query's unit list covers kk distinct docs (exact with IndexFlatIP)."
     index, n = self._faiss_index(), len(self.units)
     uk = min(n, unit_k or max(100, 20 * kk))
     todo, out = np.arange(len(q)), [None] * len(q)
@@ -185,7 +215,7 @@ def _search_faiss(self: DenseIndex, q, kk, unit_k):
 # %% ../nbs/04d_unitindex.ipynb #97883f32
 @patch
 def search(self: DenseIndex, query_ids: Sequence[str], qvecs: np.ndarray, k: int = 10, unit_k: Optional[int] = None) -> Run:
-    """Top-`k` documents per query by exact max-over-units inner product.
+    """Top-`k` documents per query by max-over-units inner product (exact, unless built with `index='hnsw'|'ivf'`).
     `unit_k`: units the faiss backend fetches first (default max(100, 20k); doubled until k docs are covered);
     the numpy backend always scores every unit."""
     self._finalize()
@@ -196,7 +226,8 @@ def search(self: DenseIndex, query_ids: Sequence[str], qvecs: np.ndarray, k: int
     run = empty_run(query_ids, 'dense')
     if not self.units or not query_ids: return run
     kk = min(k, len(self._docs))
-    hits = self._search_faiss(q, kk, unit_k) if self.backend == 'faiss' else self._search_numpy(q, kk)
+    use_faiss = self.backend == 'faiss' or self.ann['index'] != 'exact'
+    hits = self._search_faiss(q, kk, unit_k) if use_faiss else self._search_numpy(q, kk)
     for qid, (docs, scores, best) in zip(query_ids, hits):
         for d, s, b in zip(docs, scores, best):
             run.scores[qid][self._docs[d]] = float(s)
@@ -219,7 +250,7 @@ def save(self: DenseIndex, folder):
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     atomic_save_npy(folder/'vectors.npy', self.vectors)
     write_units(folder/'units.jsonl', self.units)
-    meta = dict(kind='DenseIndex', dim=self.dim, n_units=len(self.units), backend=self.backend, format=1)
+    meta = dict(kind='DenseIndex', dim=self.dim, n_units=len(self.units), backend=self.backend, ann=self.ann, format=1)
     atomic_write_json(folder/'index.json', meta)
 
 @patch(cls_method=True)
@@ -232,7 +263,7 @@ def load(cls: DenseIndex, folder, backend: Optional[str] = None, mmap: bool = Fa
     units = read_units(folder/'units.jsonl')
     if vecs.shape != (meta['n_units'], meta['dim']) or len(units) != meta['n_units']:
         raise ValueError(f"{folder}: index.json says {meta['n_units']}x{meta['dim']} but found vectors {vecs.shape} and {len(units)} units")
-    ix = cls(meta['dim'], backend or meta.get('backend', 'auto'))
+    ix = cls(meta['dim'], backend or meta.get('backend', 'auto'), **meta.get('ann', {}))   # the ANN graph is rebuilt lazily
     order, ix._starts, ix._docs = group_by_doc([u.doc_id for u in units])
     if order is not None: raise ValueError(f"{folder}: units are not grouped by document (not written by DenseIndex.save?)")
     ix.units, ix.vectors, ix._ids = units, vecs, {u.unit_id for u in units}

@@ -144,6 +144,30 @@ def test_endless_postscript_is_killed(tmp_path, cache):
 
 
 @needs_gs
+def test_looping_eps_failure_is_cached(tmp_path, cache, monkeypatch):
+    "issue #12: a looping EPS cost its full timeout on every run; now the second run answers from the recorded failure."
+    import docbench_nb.assets as A
+    p = tmp_path / 'loop.eps'
+    p.write_bytes(b'%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 100 100\n{ } loop\n')
+    calls = []
+    real = A._render_eps
+    monkeypatch.setattr(A, '_render_eps', lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    with pytest.raises(AssetError, match='killed after 2s'): convert_figure(p, cache_dir=cache, timeout=2)
+    with pytest.raises(AssetError, match='killed after 2s .*cached failure'): convert_figure(p, cache_dir=cache, timeout=2)
+    with pytest.raises(AssetError, match='cached failure'): convert_figure(p, cache_dir=cache, timeout=1)
+    assert len(calls) == 1
+    fig = Figure(label='fig:loop', caption='c', images=['loop.eps'])            # also through a whole paper
+    _, warns = convert_paper_figures(Paper(id='x', root=str(tmp_path), figures=[fig]), cache_dir=cache, timeout=2)
+    assert len(calls) == 1 and 'cached failure' in warns[0], warns
+    with pytest.raises(AssetError, match='killed after 3s'): convert_figure(p, cache_dir=cache, timeout=3)   # longer: retried
+    assert len(calls) == 2
+    (tmp_path / 'cut.pdf').write_bytes(b'%PDF-1.4\n1 0 obj garbage')                 # a content failure, not a timeout
+    with pytest.raises(AssetError) as e1: convert_figure(tmp_path / 'cut.pdf', cache_dir=cache)
+    with pytest.raises(AssetError, match='cached failure') as e2: convert_figure(tmp_path / 'cut.pdf', cache_dir=cache, timeout=600)
+    assert e1.value.reason in e2.value.reason
+
+
+@needs_gs
 def test_ghostscript_safer_blocks_file_access(tmp_path, cache):
     marker = tmp_path / 'written_by_ps.txt'
     p = tmp_path / 'evil.eps'

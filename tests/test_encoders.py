@@ -254,3 +254,38 @@ def test_fingerprint_without_weights_warns():
         warnings.simplefilter('always')
         fp = model_fingerprint(as_encoder(NoWeights()))
     assert fp.startswith('api-model-') and any('stale' in str(x.message) for x in w)
+
+
+# ---------------------------------------------------------------- token-length bucketing
+SHARED_PAPERS = Path(__file__).resolve().parents[2] / 'shared' / 'corpus' / 'papers'
+
+
+def mixed_latex_windows(tokenizer, n, lo=32, hi=512, seed=0):
+    "Windows of `lo`..`hi` MiniLM tokens cut from the shared papers' LaTeX sources (read only)."
+    if not SHARED_PAPERS.is_dir(): pytest.skip(f"{SHARED_PAPERS} absent")
+    rng, out = np.random.default_rng(seed), []
+    for tex in sorted(SHARED_PAPERS.glob('*/**/*.tex')):
+        text = tex.read_text(errors='ignore')[:60_000]
+        offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)['offset_mapping']
+        i = 0
+        while i + hi < len(offs) and len(out) < n:
+            k = int(rng.integers(lo, hi + 1))
+            out.append(text[offs[i][0]:offs[i + k - 1][1]]); i += k * 5
+        if len(out) >= n: return out
+    return out
+
+
+@pytest.mark.slow
+def test_token_bucketing_matches_one_at_a_time(minilm):
+    texts = mixed_latex_windows(minilm.tokenizer, 48)
+    assert len(texts) == 48
+    lens = [len(minilm.tokenizer(t)['input_ids']) for t in texts]
+    assert min(lens) < 80 and max(lens) > 256                      # really mixed: short windows and truncated ones
+    bucketed = minilm.encode_units(texts, batch_size=16)
+    single = np.concatenate([minilm.encode_units([t]) for t in texts])
+    assert np.allclose(bucketed, single, atol=1e-5)
+    # order restored: shuffling the input permutes the output the same way
+    perm = np.random.default_rng(1).permutation(len(texts))
+    assert np.allclose(minilm.encode_units([texts[i] for i in perm], batch_size=16), bucketed[perm], atol=1e-5)
+    # a chunk boundary inside the input changes nothing
+    assert np.allclose(minilm._encode(texts, '', 16, False, 'units', chunk=10), bucketed, atol=1e-5)

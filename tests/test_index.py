@@ -252,3 +252,36 @@ def test_dense_retriever_refuses_image_only_units(tmp_path):
     ret = DenseRetriever(as_encoder(Bow()), cache=False)
     with pytest.raises(ValueError, match='image-only'):
         ret.index([Unit('a', 'a#0', kind='page', text='', images=['/x.png'])], progress=False)
+
+
+@pytest.mark.slow
+def test_approximate_indexes_on_real_minilm_vectors(shared_dir, tmp_path):
+    "HNSW / IVF on MiniLM vectors of real LaTeX windows: IVF scanning every list equals exact, HNSW near it; settings persist."
+    from docbench_nb.encoders import HFTextEncoder
+    texts, docs = [], []
+    for tex in sorted((shared_dir/'corpus'/'papers').glob('*/*.tex'))[:30]:
+        w = tex.read_text(errors='ignore').split()
+        for j in range(0, min(len(w) - 60, 60 * 10), 60):
+            texts.append(' '.join(w[j:j + 60])); docs.append(tex.parent.name)
+    assert len(texts) >= 200
+    enc = HFTextEncoder(device='cpu')
+    V = enc.encode_units(texts, batch_size=32)
+    units = [Unit(d, f"{d}#{i}") for i, d in enumerate(docs)]
+    Q = V[::7] + 0.02 * np.random.default_rng(0).standard_normal((len(V[::7]), 384)).astype(np.float32)
+    qids = [f"q{i}" for i in range(len(Q))]
+    exact = DenseIndex(384).add(units, V).search(qids, Q, k=5)
+    ivf = DenseIndex(384, index='ivf', nlist=8, nprobe=8).add(units, V)
+    run = ivf.search(qids, Q, k=5)
+    for q in qids:
+        assert run.ranking(q) == exact.ranking(q)
+        assert run.scores[q] == pytest.approx(exact.scores[q], abs=1e-5)
+    hn = DenseIndex(384, index='hnsw', m=16, ef_search=64).add(units, V)
+    r = hn.search(qids, Q, k=5)
+    recall = np.mean([len(set(r.ranking(q)) & set(exact.ranking(q))) / len(exact.ranking(q)) for q in qids])
+    assert recall >= 0.95, recall
+    hn.save(tmp_path/'hn')
+    back = DenseIndex.load(tmp_path/'hn')
+    assert back.ann == hn.ann and back.ann['index'] == 'hnsw'
+    assert [back.search(qids, Q, k=5).ranking(q) for q in qids] == [r.ranking(q) for q in qids]
+    with pytest.raises(Exception, match="index='flat' is not one of"):
+        make_retriever('dense?index=flat')

@@ -307,10 +307,10 @@ def test_zip_slip_and_symlink_in_zip(tmp_path, cache):
 
 def test_gzip_bomb_and_member_limit(tmp_path, cache):
     (tmp_path / 'bomb.gz').write_bytes(gzip.compress(b'\\relax ' * 200_000))
-    with pytest.raises(LatexSourceError, match='bomb.gz.*exceeds the limit'):
+    with pytest.raises(LatexSourceError, match="bomb.gz: member 'bomb.tex' expands past the 97.7 kB limit"):
         load_source(tmp_path / 'bomb.gz', cache_dir=cache, max_bytes=100_000)
     with tarfile.open(tmp_path / 'tbomb.tar.gz', 'w:gz') as tf: add_bytes(tf, 'big.tex', b'a' * 300_000)
-    with pytest.raises(LatexSourceError, match='tbomb.tar.gz'):
+    with pytest.raises(LatexSourceError, match="tbomb.tar.gz: member 'big.tex' expands past"):
         load_source(tmp_path / 'tbomb.tar.gz', cache_dir=cache, max_bytes=100_000)
     with tarfile.open(tmp_path / 'many.tar', 'w') as tf:
         for i in range(30): add_bytes(tf, f'f{i}.tex', b'x')
@@ -318,6 +318,23 @@ def test_gzip_bomb_and_member_limit(tmp_path, cache):
         load_source(tmp_path / 'many.tar', cache_dir=cache, max_members=20)
     assert _leftovers(cache) == []                      # nothing half-written left behind
     assert load_source(tmp_path / 'many.tar', cache_dir=cache).warnings == []   # default limits accept it
+
+def test_fifty_megabytes_of_zeros_name_the_member_and_leave_no_tree(tmp_path, cache):
+    "issue #12: a small .tex.gz that expands far past the limit: the error names the member, the cache keeps nothing."
+    import zlib
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)                # gzip framing; 50 MB of zeros -> ~50 kB
+    data = co.compress(b'\\documentclass{article}\n') + co.compress(bytes(50 * 1024**2)) + co.flush()
+    (tmp_path / 'zeros.tex.gz').write_bytes(data)
+    assert len(data) < 100_000
+    with pytest.raises(LatexSourceError, match=r"paper zeros: archive .*zeros.tex.gz: member 'zeros.tex' expands past the 10.0 MB limit"):
+        load_source(tmp_path / 'zeros.tex.gz', cache_dir=cache, max_bytes=10 * 1024**2)
+    with tarfile.open(tmp_path / 'two.tar.gz', 'w:gz') as tf:       # a tar: the second member is the big one
+        add_bytes(tf, 'main.tex', (DOC % 'x').encode()); add_bytes(tf, 'sub/huge.tex', bytes(50 * 1024**2))
+    with pytest.raises(LatexSourceError, match="member 'sub/huge.tex' expands past the 10.0 MB limit"):
+        load_source(tmp_path / 'two.tar.gz', cache_dir=cache, max_bytes=10 * 1024**2)
+    assert _leftovers(cache) == [] and [p for p in (cache / 'sources').iterdir() if p.is_dir()] == []
+    st = load_source(tmp_path / 'two.tar.gz', cache_dir=cache, max_bytes=100 * 1024**2)   # under a larger limit it unpacks
+    assert os.path.getsize(Path(st.root) / 'sub' / 'huge.tex') == 50 * 1024**2
 
 def test_input_outside_paper_refused(tmp_path):
     outside = tmp_path / 'secret.tex'; outside.write_text('TOP-SECRET')

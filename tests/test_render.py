@@ -100,6 +100,40 @@ def test_endless_loop_times_out_and_falls_back(tmp_path, cache):
     if r.path == 'fallback': assert 'Loop paper text.' in pdf_text(r.pdf)
 
 
+def test_failed_render_is_cached_and_retried_under_a_longer_deadline(tmp_path, cache, monkeypatch):
+    "issue #12: failures are cached with their reason; a deadline failure is retried only under a longer deadline."
+    p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text='Loop paper text.')
+    t0 = time.monotonic(); r = R.render_paper(p, cache_dir=cache, timeout=4); took = time.monotonic() - t0
+    assert (r.path, r.timed_out, r.timeout, r.pages, r.pdf) == ('failed', True, 4, [], None)
+    assert took < 7, took                                          # one deadline for compile + fallback, not one each
+    assert 'real compile failed: timed out' in r.warnings and any('deadline' in w for w in r.warnings), r.warnings
+    calls = []
+    for name in ('compile_latex', 'compile_tex_string'):
+        real = getattr(R, name)
+        monkeypatch.setattr(R, name, lambda *a, _real=real, **k: (calls.append(1), _real(*a, **k))[1])
+    assert R.render_paper(p, cache_dir=cache, timeout=4).to_dict() == r.to_dict() and calls == []
+    assert R.render_paper(p, cache_dir=cache, timeout=3).path == 'failed' and calls == []
+    r2 = R.render_paper(p, cache_dir=cache, timeout=12)              # 9 s for the own compile, 3 s for the fallback
+    assert r2.path == 'fallback' and len(calls) >= 2 and 'Loop paper text.' in pdf_text(r2.pdf)
+
+
+def test_tex_output_flood_keeps_python_memory_bounded(tmp_path):
+    "issue #12: `\\loop\\message{...}\\repeat` drove the Python process to 4.35 GB through communicate()."
+    import sys, json as _json
+    d = tmp_path / 'flood'; d.mkdir()
+    (d / 'main.tex').write_text('\\documentclass{article}\n\\begin{document}\n'
+                                '\\loop\\message{xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx}\\iftrue\\repeat\n\\end{document}\n')
+    code = ("import json, resource, sys\nfrom docbench_nb.sandbox import compile_latex\n"
+            "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "pdf, log = compile_latex(sys.argv[1], 'main.tex', timeout=8)\n"
+            "print(json.dumps([r0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, pdf, len(log), log[-200:]]))")
+    out = subprocess.run([sys.executable, '-c', code, str(d)], capture_output=True, timeout=120, text=True)
+    r0, r1, pdf, n_log, tail = _json.loads(out.stdout.strip().splitlines()[-1])
+    assert pdf is None and 'TIMEOUT' in tail, tail
+    assert (r1 - r0) / 1024 < 60, f'peak RSS grew by {(r1 - r0) / 1024:.0f} MB'       # before: ~0.5 GB a second
+    assert n_log < 4.1 * 1024**2                                   # the log read back is bounded too
+
+
 def test_fatal_error_leaves_no_pdf_but_ordinary_errors_do(tmp_path):
     d = make_paper(tmp_path / 'e', r'Before \undefinedmacro after $x^$ end.').root
     pdf, log = R.compile_latex(d, 'main.tex', timeout=60)
@@ -440,3 +474,19 @@ def test_shared_showyourwork_paper_is_repaired_and_compiled_papers_stay_compiled
     if not ready: pytest.skip('no shared paper has all its packages on this TeX installation')
     r2 = R.render_paper(_paper(ready[0]), max_pixels=300_000, cache_dir=tmp_path, timeout=180, max_pages=1)
     assert r2.path == 'compiled' and r2.repairs == [], (ready[0].name, r2.warnings)
+
+
+@pytest.mark.slow
+def test_ten_thousand_pages_one_deadline_and_a_page_cap(tmp_path, cache):
+    "issue #12: a 10,000-page document rasterized all its pages in 198 s under timeout=120."
+    body = r'\newcount\i \loop\advance\i 1 Page \the\i.\newpage\ifnum\i<10000 \repeat'
+    p = make_paper(tmp_path / 'long', body, text='Page.')
+    pdf, _ = R.compile_latex(p.root, 'main.tex', timeout=300)
+    assert R.pdf_page_count(pdf) == 10_000
+    t0 = time.monotonic()                                          # no cap: the deadline stops it
+    with pytest.raises(R.AssetError, match='deadline'): R.render_pages(pdf, max_pixels=1_000_000, timeout=10, cache_dir=cache)
+    assert time.monotonic() - t0 < 12, time.monotonic() - t0
+    t0 = time.monotonic(); r = R.render_paper(p, max_pixels=50_000, cache_dir=cache, timeout=240); took = time.monotonic() - t0
+    assert (r.path, len(r.pages), r.n_pages_pdf, r.max_pages) == ('compiled', R.DEFAULT_MAX_PAGES, 10_000, R.DEFAULT_MAX_PAGES)
+    assert f'rendered the first {R.DEFAULT_MAX_PAGES} of 10000 pages (max_pages={R.DEFAULT_MAX_PAGES})' in r.warnings
+    assert took < 240 + 3, took

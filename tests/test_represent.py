@@ -47,3 +47,12 @@ def test_demo_units_have_kinds_and_ids(tok):
     assert len({u.unit_id for u in units}) == len(units)
     assert {u.doc_id for u in units} == {p.id for p in papers}
     assert any(u.meta.get('source') == 'figure_descriptions' for u in units)
+
+
+@pytest.mark.parametrize('size,overlap', [(512, 0), (128, 16)])
+def test_whitespace_shortcut_changes_no_chunk(sample_papers, tok, size, overlap):
+    # MiniLM's WordPiece with BERT's pre-tokenizer: a chunk cut at whitespace needs no second tokenization
+    from docbench_nb.chunking import whitespace_exact
+    assert whitespace_exact(tok)
+    for p in sample_papers:
+        assert chunk_spans(p.text, tok, size, overlap) == chunk_spans(p.text, tok, size, overlap, shortcut=False), p.id
