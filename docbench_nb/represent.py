@@ -183,6 +183,7 @@ def _serial_only(kw) -> bool:
     torch = sys.modules.get('torch')
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
 
+# %% ../nbs/04_represent.ipynb #rp000002
 def represent(papers, representation: str = 'text', tokenizer=None, chunk_size: int = 512, overlap: int = 0,
               progress: bool = False, workers: Optional[int] = 1, **kw) -> Represented:
     """All units of `papers` under `representation` (see `REPRESENTATIONS`), with the warnings and render paths met on
