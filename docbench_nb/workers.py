@@ -58,10 +58,12 @@ def _worker(conn, fn, memory_mb):
         except (EOFError, OSError): return
         if msg is None: return
         i, item = msg
+        t0 = time.monotonic()
         status, value = _call(fn, item, memory_mb)
-        try: conn.send((i, status, value))
-        except MemoryError: conn.send((i, 'memory', _memory_reason(memory_mb)))
-        except Exception as e: conn.send((i, 'error', f'result could not be sent back ({type(e).__name__}: {e})'))
+        elapsed = time.monotonic() - t0                   # measured here: the parent may wake late under load
+        try: conn.send((i, status, value, elapsed))
+        except MemoryError: conn.send((i, 'memory', _memory_reason(memory_mb), elapsed))
+        except Exception as e: conn.send((i, 'error', f'result could not be sent back ({type(e).__name__}: {e})', elapsed))
 
 # %% ../nbs/00f_workers.ipynb #wk000012
 def _context():
@@ -103,13 +105,15 @@ def _pool_outcomes(fn, items, n, time_limit, memory_mb) -> Iterator:
             for s in busy:
                 i, deadline = s.job
                 if s.conn in ready:
-                    try: j, status, value = s.conn.recv()
+                    try: j, status, value, elapsed = s.conn.recv()
                     except (EOFError, OSError):
                         s.kill(); slots.remove(s)
                         code = s.proc.exitcode
                         kind = 'memory' if code == -signal.SIGKILL and memory_mb else 'died'
                         yield i, WorkFailure(kind, f'worker died (exit code {code})'); continue
                     s.job = None
+                    if status == 'ok' and time_limit and elapsed > time_limit:      # finished, but past its limit
+                        status, value = 'time', _time_reason(time_limit)
                     yield j, (value if status == 'ok' else WorkFailure(status, value))
                 elif time.monotonic() >= deadline:
                     s.kill(); slots.remove(s)
