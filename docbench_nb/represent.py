@@ -178,10 +178,13 @@ def _one(fn, p, tokenizer, chunk_size, overlap, kw):
     return units, list(notes.warnings), notes.render_path
 
 def _serial_only(kw) -> bool:
-    "Whether this process must not fork: CUDA is initialised (a forked child cannot use it)."
+    """Whether represent must stay in this process: CUDA is initialised (a forked child cannot use it), or the figure
+    describer holds a model (a local VLM, or RapidOCR's ONNX session), whose thread pools are not safe across fork."""
     import sys
     torch = sys.modules.get('torch')
-    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized(): return True
+    name = str(getattr(kw.get('describer'), 'name', '') or '')
+    return name.startswith('hf:') or 'rapidocr' in name
 
 # %% ../nbs/04_represent.ipynb #rp000002
 def represent(papers, representation: str = 'text', tokenizer=None, chunk_size: int = 512, overlap: int = 0,
