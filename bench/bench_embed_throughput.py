@@ -16,15 +16,8 @@ SHARED = Path(__file__).resolve().parents[2] / 'shared' / 'corpus' / 'papers'
 
 
 def mixed_windows(tokenizer, n, lo, hi, seed=0):
-    rng, out = np.random.default_rng(seed), []
-    for tex in sorted(SHARED.glob('*/**/*.tex')):
-        text = tex.read_text(errors='ignore')[:60_000]
-        offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)['offset_mapping']
-        i = 0
-        while i + hi < len(offs) and len(out) < n:
-            k = int(rng.integers(lo, hi + 1))
-            out.append(text[offs[i][0]:offs[i + k - 1][1]]); i += k * 3
-        if len(out) >= n: break
+    from docbench_nb.testing import latex_windows
+    out = latex_windows(tokenizer, n, SHARED, lo, hi, seed=seed, stride=3)
     if len(out) < n: raise SystemExit(f"only {len(out)} windows found under {SHARED}")
     return out
 

@@ -9,8 +9,9 @@ Token counts per unit are drawn uniformly from [tokens/2, tokens], so the torch 
     python bench/bench_late.py --memory [--units 4000 --tokens 200 --dim 384 --dtype float16]
 
 `--memory`: peak RSS of building the index the way `LateRetriever.index` does (float32 matrices arriving in chunks of
-`late._INDEX_CHUNK` units, stored in `dtype`) with today's `_finalize` against the previous one (whole float32 list,
-cast copy, concatenated copy), each in a fresh subprocess; then search ms/query of the in-memory index, the same index
+`late._INDEX_CHUNK` units, stored in `dtype`): without a token cache (`add` + `_finalize`, a preallocated merge), with one
+(the chunks go to an on-disk `TokenCache`, then `fill` copies them into one preallocated matrix), and the first
+version (whole float32 list, cast copy, concatenated copy), each in a fresh subprocess; then search ms/query of the in-memory index, the same index
 memory-mapped from disk, and a single-vector `DenseIndex` (mean-pooled token vectors) over the same units.
 """
 import argparse, json, resource, subprocess, sys, tempfile, time
@@ -70,7 +71,16 @@ def _build_child(a):
         mats = _mats(0, a.units, a.tokens, a.dim)
         cast = [m.astype(a.dtype) for m in mats]
         tokens = np.ascontiguousarray(np.concatenate(cast).astype(a.dtype, copy=False)); nbytes = tokens.nbytes
-    else:                                              # today's LateRetriever.index: chunks + preallocated merge
+    elif a.child == 'fill':                            # LateRetriever.index with a token cache: embed into the cache, then fill
+        cache = late.TokenCache(tempfile.mkdtemp(prefix='bench-late-tokens-'))
+        lengths, C = [], late._INDEX_CHUNK
+        for s in range(0, a.units, C):
+            ms = _mats(0, a.units, a.tokens, a.dim, s, min(a.units, s + C))
+            cache.put('fp', [u.unit_id for u in units[s:s + C]], ms); lengths += [len(m) for m in ms]; del ms
+        def fetch(s, e):
+            got = cache.lookup('fp', [u.unit_id for u in units[s:e]]); return [got[u.unit_id] for u in units[s:e]]
+        ix = LateInteractionIndex(a.dim, a.dtype).fill(units, lengths, fetch); nbytes = ix.index_bytes
+    else:                                              # LateRetriever.index without a cache: chunks + preallocated merge
         ix = LateInteractionIndex(a.dim, a.dtype)
         for s in range(0, a.units, late._INDEX_CHUNK):
             ix.add(units[s:s + late._INDEX_CHUNK], _mats(0, a.units, a.tokens, a.dim, s, min(a.units, s + late._INDEX_CHUNK)))
@@ -81,12 +91,13 @@ def _build_child(a):
 def memory_bench(a):
     from docbench_nb.unitindex import DenseIndex
     res = {}
-    for way in ('old', 'new'):
+    for way in ('old', 'new', 'fill'):
         cmd = [sys.executable, __file__, '--child', way, '--units', str(a.units), '--tokens', str(a.tokens),
                '--dim', str(a.dim), '--dtype', a.dtype]
         res[way] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
     print(f"{a.units} units x {a.tokens // 2}-{a.tokens} tokens x {a.dim} d, {a.dtype}; index {res['new']['index_mb']:.0f} MiB")
-    for way, label in (('old', 'previous build (list+cast+concat)'), ('new', 'chunked build, preallocated merge')):
+    for way, label in (('old', 'previous build (list+cast+concat)'), ('new', 'chunked build, preallocated merge'),
+                       ('fill', 'from the token cache, one-pass fill')):
         r = res[way]
         print(f"  {label:36s} peak RSS {r['peak_mb']:7.0f} MiB (baseline {r['base_mb']:.0f}; +{r['peak_mb'] - r['base_mb']:.0f} MiB "
               f"= {(r['peak_mb'] - r['base_mb']) / r['index_mb']:.1f}x the index)")

@@ -86,9 +86,11 @@ def main():
             print(rows[-1], flush=True)
         if llm is not None:
             sub = queries[:a.expansion_limit]
-            for label, kw in ((f'naive (first {len(sub)})', dict(method='naive')), (f'expansion local (first {len(sub)})', dict(method='expansion', m=a.m, llm=llm))):
+            every = len(sub) == len(queries)                # every query: one expansion row, next to the naive row above
+            for label, kw in ((() if every else ((f'naive (first {len(sub)})', dict(method='naive')),)) +
+                              ((('expansion (local LLM)' if every else f'expansion local (first {len(sub)})'), dict(method='expansion', m=a.m, llm=llm)),)):
                 r = evaluate_coverage(sub, corpus, encoder=enc, cache=cache, progress=True, name=name, **kw)
-                atomic_write_json(out / f'{name}__{kw["method"]}_subset.json', r, indent=1)
+                atomic_write_json(out / f'{name}__{kw["method"]}{"" if every else "_subset"}.json', r, indent=1)
                 rows.append({'set': name, 'method': label, 'n_queries': r['n_queries'], 'n_perspectives': r['n_perspectives'],
                              **{k: r[k] for k in ('hc@10', 'hc@20', 'hc@100')}, 'rrf hc@10': r['by_fusion']['rrf']['hc@10'],
                              'sum hc@10': r['by_fusion']['sum']['hc@10']})
@@ -100,15 +102,20 @@ def main():
         train = [q for t in ('agnews', 'story', 'ambigqa') for q in pir[t][0]]
         abl = spin_ablation(train, pir['perspectrum'][0], pir['perspectrum'][1], encoder=enc, cache=cache, progress=True,
                             epochs=a.ablation_epochs, lr=a.lr)
-        atomic_write_json(out / 'ablation.json', {'train': 'agnews+story+ambigqa', 'test': 'perspectrum', 'rows': abl}, indent=1)
+        atomic_write_json(out / 'ablation.json', {'train': 'agnews+story+ambigqa', 'test': 'perspectrum', 'rows': abl,
+                                                  'epochs': a.ablation_epochs, 'lr': a.lr}, indent=1)
+    elif (out / 'ablation.json').is_file():            # keep the table of an earlier ablation run (its own settings)
+        prev = json.loads((out / 'ablation.json').read_text())
+        abl, a.ablation_epochs = prev['rows'], prev.get('epochs', prev['rows'][0].get('epochs', a.ablation_epochs))
 
     md = ['# Multi-perspective coverage (issue #10)', '',
           f"Command: `nice -n 10 python bench/coverage_table.py {' '.join(sys.argv[1:])}` ({(time.time() - t_all) / 60:.1f} min, "
           f"{a.threads} torch thread(s)). Encoder all-MiniLM-L6-v2; multi-vector rankings fused by round robin (RRF / score-sum HC@10 "
           f"alongside); SPIN m={a.m}, middle layer, {a.epochs} epochs, lr {a.lr}; fine-tuned: top 2 blocks, {a.ft_epochs} epochs, InfoNCE.", '',
           'Splits: perspectrum <- trained on agnews+story+ambigqa; ambigqa <- agnews+story+perspectrum; shared '
-          'dev_perspectives.jsonl (80-paper corpus) <- all four PIR tasks. Expansion (local SmolLM2-135M) only on the first '
-          f'{a.expansion_limit} queries of each set, with naive on the same subset.', '',
+          'dev_perspectives.jsonl (80-paper corpus) <- all four PIR tasks. ' +
+          (f'Expansion (local SmolLM2-135M) on every query of each set.' if a.expansion_limit >= max(len(q) for (q, _), _ in sets.values()) else
+           f'Expansion (local SmolLM2-135M) only on the first {a.expansion_limit} queries of each set, with naive on the same subset.'), '',
           fmt_table(rows, ['set', 'method', 'n_queries', 'n_perspectives', 'hc@10', 'hc@20', 'hc@100', 'rrf hc@10', 'sum hc@10'],
                     ['set', 'method', 'queries', 'perspectives', 'HC@10', 'HC@20', 'HC@100', 'RRF HC@10', 'sum HC@10']), '',
           '## Training cost', '', '| eval set | model | params | train s | peak RSS MB | final loss |', '|---|---|---|---|---|---|']

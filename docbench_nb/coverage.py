@@ -265,6 +265,23 @@ def _cmd_spin_train(args) -> int:
     if not getattr(args, 'quiet', False): print(json.dumps({'out': str(args.out), **{k: v for k, v in sm.config.items() if k != 'loss'}}, indent=1))
     return 0
 
+def _cmd_spin_ablation(args) -> int:
+    train_tasks = [t.strip() for t in (args.task or '').split(',') if t.strip()]
+    if not args.pir or not train_tasks or not args.eval_task: raise ValueError("spin ablation needs --pir FILE --task A[,B] --eval-task C")
+    if args.eval_task in train_tasks: raise ValueError(f"--eval-task {args.eval_task!r} is also a training task: the split must be disjoint")
+    layers = [x.strip() for x in args.layers.split(',') if x.strip()]
+    test_q, corpus = load_pir(args.pir, args.eval_task)
+    rows = spin_ablation(_train_data(args), test_q, corpus, layers=layers, ms=_ks(args.ms), ks=_ks(args.k),
+                         cache=EmbeddingCache(stage_dir('embeddings', getattr(args, 'cache_dir', None))), progress=not getattr(args, 'quiet', False),
+                         epochs=args.epochs, lr=args.lr, seed=args.seed)
+    res = {'train': train_tasks, 'test': args.eval_task, 'rows': rows}
+    if args.out: atomic_write_json(args.out, res, indent=1)
+    if not getattr(args, 'quiet', False):
+        cols = ['layer', 'block', 'm', *[f'hc@{k}' for k in _ks(args.k)], 'n_params', 'train_s', 'peak_rss_mb', 'final_loss']
+        print(' | '.join(cols))
+        for r in rows: print(' | '.join(f'{r[c]:.3f}' if isinstance(r[c], float) else str(r[c]) for c in cols))
+    return 0
+
 def _cmd_finetune(args) -> int:
     ft = finetune_encoder(_train_data(args), args.out, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                           train_layers=args.train_layers, seed=args.seed, progress=not getattr(args, 'quiet', False))
@@ -279,7 +296,7 @@ def _data_args(p, train: bool):
     p.add_argument('--queries', default=None, help='a perspective query JSONL file')
 
 def add_coverage_parsers(sub):
-    "Add `coverage` and `spin train|finetune` to the argparse subparsers `sub`; returns `(coverage parser, spin parser)`."
+    "Add `coverage` and `spin train|finetune|ablation` to the argparse subparsers `sub`; returns `(coverage parser, spin parser)`."
     c = sub.add_parser('coverage', help='hard coverage HC@k of a query method on perspective queries')
     _data_args(c, False)
     c.add_argument('--method', choices=METHODS, default='naive'); c.add_argument('--model', default=None, help='SPIN or fine-tuned model folder')
@@ -301,4 +318,10 @@ def add_coverage_parsers(sub):
     f.add_argument('--epochs', type=int, default=3); f.add_argument('--lr', type=float, default=3e-5); f.add_argument('--batch-size', type=int, default=16)
     f.add_argument('--train-layers', type=int, default=2); f.add_argument('--seed', type=int, default=0)
     f.set_defaults(fn=_cmd_finetune)
+    b = ss.add_parser('ablation', help='SPIN injection layer x m: train on --task, HC@k on the disjoint --eval-task')
+    _data_args(b, True); b.add_argument('--eval-task', required=True, help='the PIR task evaluated (not trained on)')
+    b.add_argument('--layers', default='early,middle,late'); b.add_argument('--ms', default='2,4,8', help='vector counts m')
+    b.add_argument('--epochs', type=int, default=6); b.add_argument('--lr', type=float, default=0.02); b.add_argument('--seed', type=int, default=0)
+    b.add_argument('--k', default='10,20,100'); b.add_argument('--out', default=None, help='write the rows as JSON here')
+    b.set_defaults(fn=_cmd_spin_ablation)
     return c, s

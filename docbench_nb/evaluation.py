@@ -4,11 +4,11 @@
 
 # %% ../nbs/08_evaluate.ipynb #1dadccf2
 from __future__ import annotations
-import hashlib, json, os, time, resource
+import contextlib, hashlib, json, os, time, resource
 from pathlib import Path
 from .records import Paper, PaperError, Run
 from . import latex, parse
-from .cache import stage_dir, atomic_write_json, read_json_entry
+from .cache import cache_root, stage_dir, atomic_write_json, read_json_entry
 from .workers import imap_bounded, WorkFailure
 from .represent import represent, REPRESENTATIONS, make_describer, takes_describer
 import docbench_nb.visual  # registers figures / pages / interleaved
@@ -100,6 +100,8 @@ def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PA
         if isinstance(rec, WorkFailure):
             failure, rec = rec, PaperError(_printable(latex.paper_id_from_path(srcs[i])), f'parse {rec.reason}', _printable(str(srcs[i])))
         out[i] = rec; _store(files[i], rec, failure, time_limit, memory_mb)
+        if isinstance(rec, PaperError):                   # a failed archive keeps no expanded tree in the source cache
+            with contextlib.suppress(OSError): latex.remove_unpacked(srcs[i], cache_dir)
     return [r for r in out if isinstance(r, Paper)], [r for r in out if isinstance(r, PaperError)]
 
 # %% ../nbs/08_evaluate.ipynb #c3f20f37

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, json, math, os, string, tempfile, unicodedata, warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 from .records import Unit, Query, Run
@@ -349,6 +349,33 @@ def _finalize(self: LateInteractionIndex):
         if m is not old: srcs[i] = None                                   # drop the pending copy now
     self.units, self.offsets, self.tokens = [units[i] for i in order], offsets, tokens
 
+# %% ../nbs/06a_late.ipynb #lt0fill2
+@patch
+def fill(self: LateInteractionIndex, units: Sequence[Unit], lengths: Sequence[int], fetch: Callable, chunk: int = _INDEX_CHUNK):
+    """Build this (empty) index in one pass: `lengths[i]` is unit i's token count and `fetch(start, stop)` returns the
+    matrices of `units[start:stop]`; each chunk is checked and copied straight into its document-grouped rows."""
+    if len(self.units) or self._pending: raise ValueError("LateInteractionIndex.fill: the index is not empty")
+    units, lengths = check_units(units, 'LateInteractionIndex.fill'), np.asarray(lengths, dtype=np.int64)
+    if len(units) != len(lengths): raise ValueError(f"LateInteractionIndex.fill: {len(units)} units but {len(lengths)} lengths")
+    ids = [u.unit_id for u in units]
+    if len(set(ids)) != len(ids): raise ValueError("LateInteractionIndex.fill: duplicate unit ids")
+    if len(lengths) and lengths.min() < 1:
+        u = units[int(lengths.argmin())]; raise ValueError(f"unit {u.unit_id!r} of {u.doc_id!r} has no token vectors")
+    order, self._doc_starts, self._docs = group_by_doc([u.doc_id for u in units])
+    order = np.arange(len(units)) if order is None else order
+    row = np.empty(len(units), dtype=np.intp); row[order] = np.arange(len(units))      # final row of input unit i
+    offsets = np.concatenate([[0], np.cumsum(lengths[order])]).astype(np.int64)
+    tokens = np.empty((int(offsets[-1]), self.dim), dtype=self.dtype)
+    for s in range(0, len(units), chunk):
+        mats = list(fetch(s, min(len(units), s + chunk)))
+        if len(mats) != min(len(units), s + chunk) - s: raise ValueError(f"LateInteractionIndex.fill: fetch({s}, ...) returned {len(mats)} matrices")
+        for i, m in enumerate(mats, s):
+            if m.shape != (lengths[i], self.dim): raise ValueError(f"unit {ids[i]!r}: token matrix {m.shape}, expected ({lengths[i]}, {self.dim})")
+            if not np.isfinite(m).all(): raise ValueError(f"unit {ids[i]!r}: token matrix contains NaN or inf")
+            tokens[offsets[row[i]]:offsets[row[i] + 1]] = m
+    self.units, self.offsets, self.tokens, self._ids = [units[i] for i in order], offsets, tokens, set(ids)
+    return self
+
 # %% ../nbs/06a_late.ipynb #e7c02268
 def _query_batches(qs: list, max_cols: int = 1024) -> list:
     "Consecutive groups of query indices with at most `max_cols` token rows each (a longer query gets a group alone)."
@@ -489,16 +516,23 @@ def index(self: LateRetriever, units: Sequence[Unit], progress: bool = True):
     units = list(units)
     for i, u in enumerate(units):
         if not isinstance(u, Unit): raise TypeError(f"{self.name}.index: item {i} is {type(u).__name__}, not Unit")
-    ix = LateInteractionIndex(self.encoder.dim, self.dtype)
-    if getattr(self.encoder, 'modality', 'text') == 'image':
-        ix.add(units, self._image_mats(units, progress))
-    else:
+    ix, image = LateInteractionIndex(self.encoder.dim, self.dtype), getattr(self.encoder, 'modality', 'text') == 'image'
+    if not image:
         empty = [u.unit_id for u in units if not u.text.strip()]
         if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); OCR them first "
                                    "(docbench_nb.ocr.ocr_units) or use an image late-interaction encoder")
-        for s in range(0, len(units), _INDEX_CHUNK):                       # float32 matrices of one chunk alive at a time
-            chunk = units[s:s + _INDEX_CHUNK]
-            ix.add(chunk, embed_tokens_cached(self.encoder, [u.text for u in chunk], 'unit', self.cache, self.batch_size, progress))
+    embed = ((lambda us, p: self._image_mats(us, p)) if image else
+             (lambda us, p: embed_tokens_cached(self.encoder, [u.text for u in us], 'unit', self.cache, self.batch_size, p)))
+    if self.cache is False:                                                # nothing to read back: queue chunk by chunk
+        for s in range(0, len(units), _INDEX_CHUNK): ix.add(units[s:s + _INDEX_CHUNK], embed(units[s:s + _INDEX_CHUNK], progress))
+    else:                                                                  # pass 1 embeds into the cache, pass 2 fills
+        lengths = [len(m) for s in range(0, len(units), _INDEX_CHUNK) for m in embed(units[s:s + _INDEX_CHUNK], progress)]
+        fp = model_fingerprint(self.encoder)
+        def fetch(s, e):
+            keys = [unit_key(u) if image else text_key('unit', u.text) for u in units[s:e]]
+            got = self.cache.lookup(fp, keys)
+            return [got[k] for k in keys] if len(got) == len(set(keys)) else embed(units[s:e], False)
+        ix.fill(units, lengths, fetch)
     self._index = ix
 
 # %% ../nbs/06a_late.ipynb #1d52c9be

@@ -14,8 +14,8 @@ from .cache import cache_root, file_sha256, atomic_write_json
 
 # %% auto #0
 __all__ = ['MAX_UNPACKED_BYTES', 'MAX_MEMBERS', 'TEX_EXTS', 'LatexSourceError', 'read_text', 'strip_comments', 'resolve_name',
-           'safe_resolve', 'SourceTree', 'paper_id_from_path', 'load_source', 'find_main_file', 'Flattened',
-           'flatten_latex', 'iter_sources']
+           'safe_resolve', 'SourceTree', 'paper_id_from_path', 'load_source', 'remove_unpacked', 'find_main_file',
+           'Flattened', 'flatten_latex', 'iter_sources']
 
 # %% ../nbs/01_latex.ipynb #ec2f7723
 class LatexSourceError(Exception):
@@ -398,6 +398,11 @@ def _unpack(path, kind, dest, pid, warnings, max_bytes, max_members):
     else: raise LatexSourceError(f'{what}: not an archive ({kind})')
 
 # %% ../nbs/01_latex.ipynb #a9c6a3d8
+def _source_digest(p: Path, kind: str) -> str:
+    "The folder name of archive `p`'s unpacked tree in the source cache: its content hash (a lone .tex keeps its name)."
+    digest = file_sha256(p)
+    return hashlib.sha256(f'{digest}:{p.name}'.encode()).hexdigest() if kind == 'text' else digest
+
 def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_members=MAX_MEMBERS) -> SourceTree:
     "A `SourceTree` for a paper folder, an archive (tar/tar.gz/zip/gzipped single tex, detected by content) or a lone `.tex`."
     origin = str(src); p = Path(src)
@@ -409,8 +414,7 @@ def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_
     if kind == 'pdf': raise LatexSourceError(f'paper {pid}: {origin} is a PDF, not LaTeX source')
     sources = cache_root(cache_dir) / 'sources'
     sources.mkdir(parents=True, exist_ok=True)
-    digest = file_sha256(p)
-    if kind == 'text': digest = hashlib.sha256(f'{digest}:{p.name}'.encode()).hexdigest()  # lone .tex keeps its name
+    digest = _source_digest(p, kind)
     final, meta = sources / digest, sources / f'{digest}.json'
     if not final.is_dir():
         tmp = Path(tempfile.mkdtemp(prefix=f'.{digest[:16]}-', dir=sources))
@@ -429,6 +433,25 @@ def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_
     try: warnings = json.loads(meta.read_text())['warnings']
     except (OSError, ValueError, KeyError): warnings = []
     return SourceTree(pid, str(final.resolve()), origin, list(warnings))
+
+# %% ../nbs/01_latex.ipynb #ltrm0002
+def remove_unpacked(src, cache_dir=None) -> int:
+    "Delete the unpacked tree (and stale temporary folders) of archive `src` from the source cache; returns bytes freed."
+    p = Path(src)
+    if not p.is_file(): return 0
+    try: kind = _sniff(p)
+    except OSError: return 0
+    if kind == 'pdf': return 0
+    sources = cache_root(cache_dir) / 'sources'
+    if not sources.is_dir(): return 0
+    digest, freed = _source_digest(p, kind), 0
+    for d in [sources / digest, *sources.glob(f'.{digest[:16]}*')]:    # temporary folders and half-written records
+        if d.is_dir() and not d.is_symlink():
+            freed += sum(f.stat().st_size for f in d.rglob('*') if f.is_file() and not f.is_symlink())
+            shutil.rmtree(d, ignore_errors=True)
+        elif d.is_file() or d.is_symlink(): d.unlink(missing_ok=True)
+    (sources / f'{digest}.json').unlink(missing_ok=True)
+    return freed
 
 # %% ../nbs/01_latex.ipynb #776eb293
 _AUX_DIR_RE = re.compile(r'^(figs?|figures?|images?|imgs?|pics?|plots?|graphics|tikz|pgf|diagrams?|talks?|slides?|'

@@ -12,7 +12,7 @@ from .encoders import default_text_model_path
 
 # %% auto #0
 __all__ = ['StubChatServer', 'ScriptedChatServer', 'model_chat_server', 'tiny_qwen_tokenizer', 'make_tiny_vision_models',
-           'draw_text_image']
+           'draw_text_image', 'latex_windows']
 
 # %% ../nbs/90_testing.ipynb #2e43df84
 class StubChatServer:
@@ -238,3 +238,18 @@ def draw_text_image(path, lines: Sequence[str], width: int = 900, font_size: int
         for i, l in enumerate(col): d.text((margin + c * col_w, margin + (len(lines) + 1 + i) * step), l, fill='black', font=font)
     im.save(path)
     return str(path)
+
+# %% ../nbs/90_testing.ipynb #tst0win2
+def latex_windows(tokenizer, n: int, papers, lo: int = 32, hi: int = 512, seed: int = 0, stride: int = 3) -> list:
+    "Up to `n` windows of `lo`..`hi` tokens of `tokenizer` from the `.tex` files under `papers` (first 60,000 characters of each)."
+    import numpy as np
+    rng, out = np.random.default_rng(seed), []
+    for tex in sorted(Path(papers).glob('*/**/*.tex')):
+        text = tex.read_text(errors='ignore')[:60_000]
+        offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)['offset_mapping']
+        i = 0
+        while i + hi < len(offs) and len(out) < n:
+            k = int(rng.integers(lo, hi + 1))
+            out.append(text[offs[i][0]:offs[i + k - 1][1]]); i += k * stride
+        if len(out) >= n: break
+    return out

@@ -122,6 +122,22 @@ def test_cli_coverage_naive_on_pir_task(tmp_path):
     assert p0['first_gold_rank'] == first_gold_ranks(p0['top10'], q0.gold_sets) or max(x or 99 for x in p0['first_gold_rank']) > 10
 
 
+@needs_pir
+@pytest.mark.slow
+def test_cli_spin_ablation_trains_per_cell_and_evaluates_the_held_out_task(tmp_path):
+    out = tmp_path / 'abl.json'
+    args = _parser().parse_args(['--cache-dir', str(tmp_path / 'cache'), '-q', 'spin', 'ablation', '--pir', str(PIR), '--task', 'story',
+                                 '--eval-task', 'ambigqa', '--layers', 'early,late', '--ms', '2', '--epochs', '1', '--k', '10,100',
+                                 '--out', str(out)])
+    assert args.fn(args) == 0
+    r = json.loads(out.read_text())
+    assert (r['train'], r['test']) == (['story'], 'ambigqa')
+    assert [(x['layer'], x['m']) for x in r['rows']] == [('early', 2), ('late', 2)]
+    assert r['rows'][0]['block'] < r['rows'][1]['block']                  # early injects before late
+    for x in r['rows']:
+        assert x['n_params'] == 2 * 384 and x['epochs'] == 1 and 0 < x['hc@10'] <= x['hc@100'] <= 1
+
+
 def test_cli_rejects_bad_arguments(tmp_path):
     ap = _parser()
     a = ap.parse_args(['coverage', '--queries', 'q.jsonl'])

@@ -263,16 +263,8 @@ SHARED_PAPERS = Path(__file__).resolve().parents[2] / 'shared' / 'corpus' / 'pap
 def mixed_latex_windows(tokenizer, n, lo=32, hi=512, seed=0):
     "Windows of `lo`..`hi` MiniLM tokens cut from the shared papers' LaTeX sources (read only)."
     if not SHARED_PAPERS.is_dir(): pytest.skip(f"{SHARED_PAPERS} absent")
-    rng, out = np.random.default_rng(seed), []
-    for tex in sorted(SHARED_PAPERS.glob('*/**/*.tex')):
-        text = tex.read_text(errors='ignore')[:60_000]
-        offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)['offset_mapping']
-        i = 0
-        while i + hi < len(offs) and len(out) < n:
-            k = int(rng.integers(lo, hi + 1))
-            out.append(text[offs[i][0]:offs[i + k - 1][1]]); i += k * 5
-        if len(out) >= n: return out
-    return out
+    from docbench_nb.testing import latex_windows
+    return latex_windows(tokenizer, n, SHARED_PAPERS, lo, hi, seed=seed, stride=5)
 
 
 @pytest.mark.slow
