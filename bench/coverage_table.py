@@ -72,7 +72,8 @@ def main():
         print(f"== {name}: {len(queries)} queries; training on {'+'.join(train_tasks)} ({len(train)} queries)", flush=True)
         sp = train_spin(train, enc, m=a.m, layer='middle', epochs=a.epochs, lr=a.lr)
         save_spin(sp, models / f'spin-{name}')
-        ft = finetune_encoder(train, models / f'ft-{name}', epochs=a.ft_epochs)
+        train_docs = {d: t for task in train_tasks for d, t in pir[task][1].items()}     # positives: the gold documents
+        ft = finetune_encoder(train, models / f'ft-{name}', epochs=a.ft_epochs, corpus=train_docs)
         trainlog[name] = {'train_tasks': train_tasks, 'spin': {k: v for k, v in sp.config.items()}, 'finetuned': ft.train_log}
         runs = {'naive': dict(method='naive'), 'random (init scale)': dict(method='random', m=a.m),
                 'random (trained norms)': dict(method='spin', model=random_spin(enc, a.m, 'middle', norms=sp.config['noise_norms'])),
@@ -111,7 +112,7 @@ def main():
     md = ['# Multi-perspective coverage (issue #10)', '',
           f"Command: `nice -n 10 python bench/coverage_table.py {' '.join(sys.argv[1:])}` ({(time.time() - t_all) / 60:.1f} min, "
           f"{a.threads} torch thread(s)). Encoder all-MiniLM-L6-v2; multi-vector rankings fused by round robin (RRF / score-sum HC@10 "
-          f"alongside); SPIN m={a.m}, middle layer, {a.epochs} epochs, lr {a.lr}; fine-tuned: top 2 blocks, {a.ft_epochs} epochs, InfoNCE.", '',
+          f"alongside); SPIN m={a.m}, middle layer, {a.epochs} epochs, lr {a.lr}; fine-tuned: top 2 blocks, {a.ft_epochs} epochs, InfoNCE, positive = one gold document per perspective joined.", '',
           'Splits: perspectrum <- trained on agnews+story+ambigqa; ambigqa <- agnews+story+perspectrum; shared '
           'dev_perspectives.jsonl (80-paper corpus) <- all four PIR tasks. ' +
           (f'Expansion (local SmolLM2-135M) on every query of each set.' if a.expansion_limit >= max(len(q) for (q, _), _ in sets.values()) else

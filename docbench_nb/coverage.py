@@ -237,6 +237,11 @@ def _train_data(args) -> list:
     if not args.queries: raise ValueError("give --pir FILE --task NAME[,NAME] or --queries FILE")
     return load_perspective_queries(args.queries)
 
+def _train_corpus(args) -> Optional[dict]:
+    "The training tasks' documents `{doc_id: text}` (PIR ids are task-prefixed, so tasks merge); None for a --queries file."
+    if not args.pir: return None
+    return {d: t for task in args.task.split(',') if task.strip() for d, t in load_pir(args.pir, task.strip())[1].items()}
+
 def _ks(s: str) -> list:
     try: ks = [int(x) for x in s.split(',') if x.strip()]
     except ValueError: raise ValueError(f"--k {s!r}: expected comma-separated integers, e.g. 10,20,100") from None
@@ -284,7 +289,8 @@ def _cmd_spin_ablation(args) -> int:
 
 def _cmd_finetune(args) -> int:
     ft = finetune_encoder(_train_data(args), args.out, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                          train_layers=args.train_layers, seed=args.seed, progress=not getattr(args, 'quiet', False))
+                          train_layers=args.train_layers, seed=args.seed, progress=not getattr(args, 'quiet', False),
+                          corpus=_train_corpus(args))
     if not getattr(args, 'quiet', False): print(json.dumps({'out': str(args.out), **{k: v for k, v in ft.train_log.items() if k != 'loss'}}, indent=1))
     return 0
 

@@ -242,11 +242,24 @@ def _embed_grad(encoder, texts, prefix):
     v = pool_hidden(encoder.model(**b).last_hidden_state, b['attention_mask'], encoder.pooling)
     return torch.nn.functional.normalize(v, dim=1)
 
+def _positive_text(q: PerspectiveQuery, corpus: Optional[dict], rng) -> str:
+    "One positive for `q`: a gold document of each perspective (drawn by `rng`, shuffled), or its perspective texts."
+    if corpus is None: return ' ; '.join(p.text for p in q.perspectives)
+    parts = [corpus[rng.choice(p.doc_ids)] for p in q.perspectives if p.doc_ids]
+    rng.shuffle(parts)
+    return ' ; '.join(parts)
+
 def finetune_encoder(queries: Sequence[PerspectiveQuery], out_dir, base: Optional[str] = None, epochs: int = 3, lr: float = 3e-5,
-                     batch_size: int = 16, train_layers: int = 2, temperature: float = 0.05, seed: int = 0, progress: bool = True) -> HFTextEncoder:
-    "Fine-tune the top `train_layers` blocks with in-batch InfoNCE (positive = all perspectives joined); save to `out_dir`; the loaded result."
+                     batch_size: int = 16, train_layers: int = 2, temperature: float = 0.05, seed: int = 0, progress: bool = True,
+                     corpus: Optional[dict] = None) -> HFTextEncoder:
+    """Fine-tune the top `train_layers` blocks with in-batch InfoNCE, positive = all perspectives' gold documents of
+    `corpus` joined (no corpus: their texts); save to `out_dir`; the loaded result."""
     import torch
     queries = list(queries)
+    if corpus is not None:
+        if missing := sorted({d for q in queries for p in q.perspectives for d in p.doc_ids} - set(corpus)):
+            raise ValueError(f"finetune_encoder: {len(missing)} gold doc ids are not in the corpus, e.g. {missing[:3]}")
+        queries = [q for q in queries if any(p.doc_ids for p in q.perspectives)]
     if len(queries) < 2: raise ValueError(f"finetune_encoder: needs at least 2 queries (in-batch negatives), got {len(queries)}")
     torch.manual_seed(seed)
     t0, enc = time.time(), HFTextEncoder(base)
@@ -256,10 +269,10 @@ def finetune_encoder(queries: Sequence[PerspectiveQuery], out_dir, base: Optiona
     for blk in blocks[len(blocks) - train_layers:]: blk.requires_grad_(True)
     params = [p for p in enc.model.parameters() if p.requires_grad]
     opt, rng, losses = torch.optim.AdamW(params, lr=lr), random.Random(seed), []
-    pos_text = [' ; '.join(p.text for p in q.perspectives) for q in queries]
     for ep in tqdm(range(epochs), desc='fine-tune', disable=not progress):
         order, tot = list(range(len(queries))), 0.0
         rng.shuffle(order)
+        pos_text = [_positive_text(q, corpus, rng) for q in queries]
         for s in range(0, len(order), batch_size):
             bq = order[s:s + batch_size]
             if len(bq) < 2: continue
@@ -276,6 +289,7 @@ def finetune_encoder(queries: Sequence[PerspectiveQuery], out_dir, base: Optiona
         elif src.is_file(): shutil.copy2(src, out / f)
     log = {'kind': 'finetuned', 'base_model': str(enc.model_id), 'epochs': epochs, 'lr': lr, 'batch_size': batch_size, 'seed': seed,
            'train_layers': train_layers, 'temperature': temperature, 'n_params': sum(p.numel() for p in params), 'n_queries': len(queries),
+           'positives': 'documents' if corpus is not None else 'perspective texts',
            'loss': losses, 'train_s': round(time.time() - t0, 2), 'peak_rss_mb': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     atomic_write_json(out / 'finetune.json', log, indent=1)
     ft = HFTextEncoder(str(out))

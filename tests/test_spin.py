@@ -108,8 +108,9 @@ def test_random_control_is_seeded_and_scaled(enc):
 @pytest.mark.slow
 def test_finetuned_baseline_and_cli_spin_train(enc, split, tmp_path):
     train, test, corpus = split
-    ft = finetune_encoder(train, tmp_path / 'ft', epochs=1, batch_size=8, train_layers=1, progress=False)
-    assert ft.train_log['n_params'] > 0 and len(ft.train_log['loss']) == 1
+    ft = finetune_encoder(train, tmp_path / 'ft', epochs=2, batch_size=8, train_layers=1, progress=False, corpus=corpus)
+    assert ft.train_log['n_params'] > 0 and len(ft.train_log['loss']) == 2 and ft.train_log['positives'] == 'documents'
+    assert ft.train_log['loss'][1] < ft.train_log['loss'][0]       # the documents are a real target: loss falls, not ~0 at once
     assert ft.fingerprint != enc.fingerprint
     r = evaluate_coverage(test[:4], corpus, 'finetuned', model=str(tmp_path / 'ft'), cache=EmbeddingCache(tmp_path / 'e'))
     assert r['config']['model'] == str(tmp_path / 'ft') and 0 <= r['hc@10'] <= 1
