@@ -64,9 +64,10 @@ def plot(rows, path, retriever):
     ns = [r['papers'] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(ns, [r['wall_s'] for r in rows], 'o-', label='wall')
-    for k in sorted({k for r in rows for k in r if k.endswith('_s') and k != 'wall_s'}):
+    for k in sorted({k for r in rows for k in r if k.endswith('_s') and k != 'wall_s' and any(x.get(k) for x in rows)}):
         a.plot(ns, [r.get(k, 0) for r in rows], '.--', label=k[:-2])
-    a.set(xscale='log', yscale='log', xlabel='papers', ylabel='seconds', title=f'{retriever}: seconds by stage'); a.legend(fontsize=8)
+    a.axhline(900, color='grey', lw=0.8, ls=':'); a.text(ns[0], 960, 'goal for 10,000 papers: 15 min', fontsize=7, color='grey')
+    a.set(xscale='log', yscale='log', xlabel='papers', ylabel='seconds', title=f'{retriever}: seconds by stage (2 cores)'); a.legend(fontsize=8)
     b.plot(ns, [r['peak_rss_mb'] for r in rows], 'o-'); b.set(xscale='log', xlabel='papers', ylabel='MB', title='peak RSS')
     fig.tight_layout(); fig.savefig(path, dpi=120)
 
@@ -76,7 +77,10 @@ def main():
     ap.add_argument('--sizes', default='100,1000,10000'); ap.add_argument('--retriever', default='bm25')
     ap.add_argument('--workdir', default='/tmp/docbench-scale'); ap.add_argument('--out', default=str(ROOT / 'results' / 'scale'))
     ap.add_argument('--workers', type=int, default=None, help='passed to docbench when the CLI has --workers')
+    ap.add_argument('--plot-only', action='store_true', help='redraw the plot from --out/scale_{retriever}.json')
     args = ap.parse_args()
+    if args.plot_only:
+        out = Path(args.out); plot(json.loads((out / f'scale_{args.retriever}.json').read_text()), out / f'scale_{args.retriever}.png', args.retriever); return
     if not (SHARED / 'corpus' / 'papers').is_dir(): raise SystemExit(f'needs the shared corpus at {SHARED}')
     rows = [run_size(int(n), args) for n in args.sizes.split(',')]
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
