@@ -134,7 +134,7 @@ def cmd_demo(args) -> int:
 # %% ../nbs/16_cli.ipynb #4ec57dfa
 def cmd_docs(args) -> int:
     from docbench_nb.docs import build_site
-    st = build_site(args.nbs, args.out, execute=not args.no_execute)
+    st = build_site(args.nbs, args.out, execute=not args.no_execute, workers=args.workers)
     print(f"site: {st['pages']} pages, {st['bytes']/1e6:.1f} MB in {st['out']}")
     return 0
 
@@ -209,6 +209,7 @@ def _add_others(sub):
     s = sub.add_parser('docs', help='execute every notebook and build the offline HTML docs site')
     s.add_argument('--nbs', default='nbs'); s.add_argument('--out', default='_site')
     s.add_argument('--no-execute', action='store_true')
+    s.add_argument('--workers', type=int, default=None, help='notebooks executed at once (default: every core)')
     s.set_defaults(fn=cmd_docs)
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import html, json, re, time
 from pathlib import Path
+from .workers import map_bounded, WorkFailure
 
 # %% auto #0
 __all__ = ['notebook_title', 'read_site_config', 'site_sections', 'build_site']
@@ -62,12 +63,24 @@ overflow:auto;background:#f4f5f7;border-right:1px solid #ddd;padding:12px;box-si
 #side .sec{margin:10px 0 2px;font-weight:600;color:#555;font-size:12px;text-transform:uppercase}
 #main{margin-left:240px;padding:0 16px}"""
 
-def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kernel_name='python3', only=None, config=None) -> dict:
-    """Execute and render every notebook under `nbs_path` to `out_dir`; raises naming the notebook on any cell error.
-    Title and sidebar come from `config` (default: `_quarto.yml` beside `nbs_path`, if present)."""
+def _page(args) -> tuple:
+    "`(title, html body, seconds)` of one notebook, executed first when asked (what a docs worker runs)."
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import ExecutePreprocessor, CellExecutionError
+    p, nbs_path, execute, timeout, kernel_name = args
+    nb, t = nbformat.read(p, as_version=4), time.time()
+    if execute:
+        try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name).preprocess(nb, {'metadata': {'path': str(nbs_path)}})
+        except CellExecutionError as e: raise RuntimeError(f"docs: notebook {p.name} failed:\n{str(e)[-3000:]}") from None
+    body, _ = HTMLExporter(template_name='classic').from_notebook_node(nb)
+    return notebook_title(nb) or p.stem, body, round(time.time() - t, 1)
+
+def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kernel_name='python3', only=None, config=None,
+               workers=None) -> dict:
+    """Execute and render every notebook under `nbs_path` to `out_dir`, `workers` notebooks at a time (default: every
+    core; each runs in its own kernel); raises naming the notebook on any cell error.
+    Title and sidebar come from `config` (default: `_quarto.yml` beside `nbs_path`, if present)."""
     nbs_path, out = Path(nbs_path), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
@@ -77,20 +90,12 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
     site = read_site_config(config) if config.is_file() else {'title': 'docbench', 'sections': [('', ['*.ipynb'])]}
     secs = site_sections(paths, site['sections'], config.parent if config.is_file() else nbs_path)
     paths = [p for _, ps in secs for p in ps]
-    pages, stats = [], {}
-    for p in paths:
-        nb = nbformat.read(p, as_version=4)
-        t = time.time()
-        if execute:
-            ep = ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name)
-            try: ep.preprocess(nb, {'metadata': {'path': str(nbs_path)}})
-            except CellExecutionError as e:
-                raise RuntimeError(f"docs: notebook {p.name} failed:\n{str(e)[-3000:]}") from None
-        body, _ = HTMLExporter(template_name='classic').from_notebook_node(nb)
-        pages.append((p, notebook_title(nb) or p.stem, body))
-        stats[p.name] = round(time.time() - t, 1)
-    titles = {p: t for p, t, _ in pages}
-    for p, title, body in pages:
+    done = map_bounded(_page, [(p, nbs_path, execute, timeout, kernel_name) for p in paths], workers=workers if execute else 1,
+                       time_limit=None, memory_mb=None, desc='docs', progress=False)
+    if bad := next((d for d in done if isinstance(d, WorkFailure)), None):
+        raise RuntimeError(bad.reason.removeprefix('RuntimeError: '))
+    titles = {p: d[0] for p, d in zip(paths, done)}
+    for p, (title, body, _) in zip(paths, done):
         side = ''.join((f'<div class="sec">{html.escape(name)}</div>' if name else '') +
                        ''.join(f'<a href="{_page_name(q)}"{" class=cur" if q == p else ""}>{html.escape(titles[q])}</a>' for q in ps if q in titles)
                        for name, ps in secs)
@@ -98,4 +103,4 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
         page = body.replace('<body>', '<body>' + nav, 1).replace('</body>', '</div></body>', 1)
         (out / _page_name(p)).write_text(page, encoding='utf-8')
     size = sum(f.stat().st_size for f in out.glob('*.html'))
-    return {'pages': len(pages), 'bytes': size, 'seconds': stats, 'out': str(out)}
+    return {'pages': len(paths), 'bytes': size, 'seconds': {p.name: d[2] for p, d in zip(paths, done)}, 'out': str(out)}
