@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_latex.ipynb #7099ace2
 from __future__ import annotations
-import os, re, io, gzip, bz2, lzma, zlib, json, shutil, stat, tarfile, zipfile, hashlib, tempfile, posixpath
+import functools, os, re, io, gzip, bz2, lzma, zlib, json, shutil, stat, tarfile, zipfile, hashlib, tempfile, posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
@@ -207,12 +207,17 @@ def _ci_match(dirpath, fname):
     except OSError: return None
     return os.path.join(dirpath, names[0]) if len(names) == 1 else None
 
+@functools.lru_cache(maxsize=64)
+def _root_realpath(root) -> str:
+    "`realpath` of a paper root, once per root (every include lookup asks; candidates are still resolved each time)."
+    return os.path.realpath(root)
+
 def resolve_name(root, base_dir, name, exts=('.tex',)):
     "Like `safe_resolve` but returns `(relpath|None, status)`, status one of 'ok', 'case', 'missing', 'refused'."
     name = name.strip().strip('"').strip()
     if not name or '\x00' in name: return None, 'missing'
     if name.startswith(('/', '~', '\\')) or re.match(r'^[A-Za-z]:[\\/]', name): return None, 'refused'
-    root_real = os.path.realpath(root)
+    root_real = _root_realpath(os.path.abspath(root))
     low = name.lower()
     with_ext = [name + e for e in exts if not low.endswith(e.lower())]
     cands = [name] + with_ext if any(low.endswith(e.lower()) for e in exts) else with_ext + [name]
@@ -550,9 +555,15 @@ class Flattened:
         if f is None or src < 0: return None
         return f, bisect.bisect_left(self.newlines.get(f, []), src + offset - o) + 1
 
+def _newline_offsets(text: str) -> list:
+    "Offsets of every `\\n` in `text` (str.find: no per-character Python loop)."
+    out, i = [], text.find('\n')
+    while i >= 0: out.append(i); i = text.find('\n', i + 1)
+    return out
+
 def _slice_segs(segs, a, b, dest):
     "The segments of `text[a:b]` (given `text`'s `segs`), placed at offset `dest`."
-    k = max(0, bisect.bisect_right([x[0] for x in segs], a) - 1)
+    k = max(0, bisect.bisect_right(segs, a, key=lambda x: x[0]) - 1)
     out = []
     for o, f, src in segs[k:]:
         if o >= b: break
@@ -609,7 +620,7 @@ class _Flattener:
         text, w = read_text(os.path.join(self.root, rel))
         if w: self.warn(rel, f'not valid UTF-8, decoded with a fallback encoding ({w.rsplit(" ", 1)[-1]})')
         text = text.replace('\r\n', '\n').replace('\r', '\n')
-        self.newlines[rel] = [i for i, ch in enumerate(text) if ch == '\n']
+        self.newlines[rel] = _newline_offsets(text)
         out = _strip_out(text)
         segs, n = [], 0
         for piece, at in zip(out, out.at): segs.append((n, rel if at >= 0 else None, at)); n += len(piece)
