@@ -18,6 +18,7 @@ from .encoders import HFTextEncoder, EmbeddingCache, embed_cached
 from .qgen import Prompt, parse_reply
 from .perspectives import PerspectiveQuery, load_pir, load_perspective_queries
 from .spin import SpinModel, load_spin, random_spin, train_spin, finetune_encoder, save_spin
+from .amer import AmerModel, load_amer, train_amer, save_amer
 
 # %% auto #0
 __all__ = ['FUSIONS', 'METHODS', 'JUDGE', 'first_gold_ranks', 'coverage_at', 'coverage_by_rank', 'vector_rankings', 'fuse',
@@ -93,7 +94,7 @@ def doc_scores(dv: DocVectors, qvecs: np.ndarray) -> np.ndarray:
     return np.maximum.reduceat(np.atleast_2d(qvecs) @ dv.vectors.T, dv.starts, axis=1)
 
 # %% ../nbs/15a_coverage.ipynb #1cbef952
-METHODS = ('naive', 'expansion', 'random', 'finetuned', 'spin', 'oracle')
+METHODS = ('naive', 'expansion', 'random', 'finetuned', 'spin', 'amer', 'oracle')
 
 def expansion_prompt(m: int) -> Prompt:
     "The LLM expansion prompt for `m` queries (JSON fields q1..qm)."
@@ -120,6 +121,11 @@ def _spin_of(model, encoder):
     if model is None: raise ValueError("method 'spin' needs a trained SPIN model (--model DIR from `docbench spin train`)")
     return load_spin(model, encoder)
 
+def _amer_of(model, encoder):
+    if isinstance(model, AmerModel): return model
+    if model is None: raise ValueError("method 'amer' needs a trained AMER model (--model DIR from `docbench spin amer`)")
+    return load_amer(model, encoder)
+
 def query_vectors(queries: Sequence[PerspectiveQuery], method: str, encoder, model=None, m: int = 4, llm=None,
                   layer='middle', seed: int = 0, progress: bool = False) -> tuple:
     "`(vectors, details)`: per query an `(n_vectors, dim)` array and a dict of what produced it."
@@ -134,6 +140,9 @@ def query_vectors(queries: Sequence[PerspectiveQuery], method: str, encoder, mod
     if method in ('random', 'spin'):
         sm = random_spin(encoder, m, layer, seed=seed) if method == 'random' else _spin_of(model, encoder)
         v = sm.encode(qs)
+        return [v[i] for i in range(len(qs))], [{} for _ in qs]
+    if method == 'amer':
+        v = _amer_of(model, encoder).encode(qs)
         return [v[i] for i in range(len(qs))], [{} for _ in qs]
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
 
@@ -161,6 +170,7 @@ def _encoder_for(method, encoder, model):
         if model is None: raise ValueError("method 'finetuned' needs a fine-tuned encoder folder (--model DIR from `docbench spin finetune`)")
         return model if hasattr(model, 'encode_queries') else HFTextEncoder(str(model))
     if method == 'spin' and isinstance(model, SpinModel): return model.encoder
+    if method == 'amer' and isinstance(model, AmerModel): return model.encoder
     return encoder or HFTextEncoder()
 
 def evaluate_coverage(queries: Sequence[PerspectiveQuery], corpus, method: str = 'naive', *, encoder=None, model=None, m: int = 4,
@@ -193,7 +203,7 @@ def evaluate_coverage(queries: Sequence[PerspectiveQuery], corpus, method: str =
            **{f'hc@{k}': float(np.mean(by_f['rr'][f'hc@{k}'])) for k in ks},
            'by_fusion': {f: {key: float(np.mean(x)) for key, x in d.items()} for f, d in by_f.items()},
            'coverage_by_rank': coverage_by_rank(fr_all, ks[0]),
-           'config': {'encoder': getattr(enc, 'name', ''), 'model': None if model is None or isinstance(model, SpinModel) else str(model),
+           'config': {'encoder': getattr(enc, 'name', ''), 'model': None if model is None or isinstance(model, (SpinModel, AmerModel)) else str(model),
                       'm': m, 'ks': ks, 'layer': layer, 'seed': seed, 'llm': getattr(llm, 'name', None), 'fusion': 'rr'}}
     if sc_k:
         if llm is None: raise ValueError("soft coverage (sc_k) needs an LLM judge (--llm)")
@@ -287,6 +297,14 @@ def _cmd_spin_ablation(args) -> int:
         for r in rows: print(' | '.join(f'{r[c]:.3f}' if isinstance(r[c], float) else str(r[c]) for c in cols))
     return 0
 
+def _cmd_spin_amer(args) -> int:
+    am = train_amer(_train_data(args), _train_corpus(args), m=args.m, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                    temperature=args.temperature, seed=args.seed, progress=not getattr(args, 'quiet', False),
+                    cache=EmbeddingCache(stage_dir('embeddings', getattr(args, 'cache_dir', None))))
+    save_amer(am, args.out)
+    if not getattr(args, 'quiet', False): print(json.dumps({'out': str(args.out), **{k: v for k, v in am.config.items() if k != 'loss'}, 'final_loss': am.config['loss'][-1]}, indent=1))
+    return 0
+
 def _cmd_finetune(args) -> int:
     ft = finetune_encoder(_train_data(args), args.out, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                           train_layers=args.train_layers, seed=args.seed, progress=not getattr(args, 'quiet', False),
@@ -302,10 +320,10 @@ def _data_args(p, train: bool):
     p.add_argument('--queries', default=None, help='a perspective query JSONL file')
 
 def add_coverage_parsers(sub):
-    "Add `coverage` and `spin train|finetune|ablation` to the argparse subparsers `sub`; returns `(coverage parser, spin parser)`."
+    "Add `coverage` and `spin train|amer|finetune|ablation` to the argparse subparsers `sub`; returns `(coverage parser, spin parser)`."
     c = sub.add_parser('coverage', help='hard coverage HC@k of a query method on perspective queries')
     _data_args(c, False)
-    c.add_argument('--method', choices=METHODS, default='naive'); c.add_argument('--model', default=None, help='SPIN or fine-tuned model folder')
+    c.add_argument('--method', choices=METHODS, default='naive'); c.add_argument('--model', default=None, help='SPIN, AMER or fine-tuned model folder')
     c.add_argument('--m', type=int, default=4, help='query vectors (expansion, random)'); c.add_argument('--k', default='10,20,100')
     c.add_argument('--layer', default='middle', help='injection block of the random control'); c.add_argument('--seed', type=int, default=0)
     c.add_argument('--llm', default=None, help='LLM for expansion and the SC@k judge: local | openai:MODEL@URL')
@@ -319,6 +337,11 @@ def add_coverage_parsers(sub):
     t.add_argument('--m', type=int, default=4); t.add_argument('--layer', default='middle'); t.add_argument('--epochs', type=int, default=20)
     t.add_argument('--lr', type=float, default=0.01); t.add_argument('--batch-size', type=int, default=16); t.add_argument('--seed', type=int, default=0)
     t.set_defaults(fn=_cmd_spin_train)
+    a = ss.add_parser('amer', help='train an autoregressive multi-vector head (AMER) against frozen document embeddings')
+    _data_args(a, True); a.add_argument('--out', required=True)
+    a.add_argument('--m', type=int, default=4); a.add_argument('--epochs', type=int, default=10); a.add_argument('--lr', type=float, default=1e-3)
+    a.add_argument('--batch-size', type=int, default=16); a.add_argument('--temperature', type=float, default=0.05); a.add_argument('--seed', type=int, default=0)
+    a.set_defaults(fn=_cmd_spin_amer)
     f = ss.add_parser('finetune', help='fine-tune the encoder with in-batch InfoNCE (the fine-tuned baseline)')
     _data_args(f, True); f.add_argument('--out', required=True)
     f.add_argument('--epochs', type=int, default=3); f.add_argument('--lr', type=float, default=3e-5); f.add_argument('--batch-size', type=int, default=16)

@@ -148,4 +148,4 @@ def test_cli_rejects_bad_arguments(tmp_path):
         a.fn(a)
     with pytest.raises(SystemExit):
         ap.parse_args(['coverage', '--method', 'magic'])
-    assert set(METHODS) == {'naive', 'expansion', 'random', 'finetuned', 'spin', 'oracle'}
+    assert set(METHODS) == {'naive', 'expansion', 'random', 'finetuned', 'spin', 'amer', 'oracle'}
