@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_others(sub); _add_evaluate(sub); _add_grid(sub)
     from docbench_nb.qbuild import add_queries_parser      # docbench queries build|filter|rephrase|check-fn|import-review
     add_queries_parser(sub)
-    from docbench_nb.coverage import add_coverage_parsers  # docbench coverage; docbench spin train|finetune
+    from docbench_nb.coverage import add_coverage_parsers  # docbench coverage; docbench spin train|finetune|ablation|amer
     add_coverage_parsers(sub)
     from docbench_nb.pagemap import add_pages_parsers      # docbench pages map
     add_pages_parsers(sub)
