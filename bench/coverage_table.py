@@ -135,7 +135,7 @@ def main():
           f"AMER: GRU head emitting m={a.m} vectors over the frozen encoder, Hungarian-matched InfoNCE, {a.amer_epochs} epochs, lr {a.amer_lr}.", '',
           'Splits: perspectrum <- trained on agnews+story+ambigqa; ambigqa <- agnews+story+perspectrum; shared '
           'dev_perspectives.jsonl (80-paper corpus) <- all four PIR tasks. ' +
-          (f'Expansion (local SmolLM2-135M) on every query of each set.' if a.expansion_limit >= max(len(q) for (q, _), _ in sets.values()) else
+          (f'Expansion (local SmolLM2-135M) on every query of each set.' if any(r['method'] == 'expansion (local LLM)' for r in rows) else
            f'Expansion (local SmolLM2-135M) only on the first {a.expansion_limit} queries of each set, with naive on the same subset.'), '',
           fmt_table(rows, ['set', 'method', 'n_queries', 'n_perspectives', 'hc@10', 'hc@20', 'hc@100', 'rrf hc@10', 'sum hc@10'],
                     ['set', 'method', 'queries', 'perspectives', 'HC@10', 'HC@20', 'HC@100', 'RRF HC@10', 'sum HC@10']), '',
