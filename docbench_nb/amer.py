@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from .cache import atomic_write_json, stage_dir
 from .encoders import HFTextEncoder, EmbeddingCache, embed_cached, model_fingerprint, default_text_model_path
 from .perspectives import PerspectiveQuery
+from .spin import _base_of          # the same "base model or None" record as a SPIN folder
 
 # %% auto #0
 __all__ = ['AMER_FORMAT', 'make_head', 'AmerModel', 'init_amer', 'matched_infonce', 'train_amer', 'save_amer', 'load_amer']
@@ -142,9 +143,6 @@ def train_amer(queries: Sequence[PerspectiveQuery], corpus: Optional[dict] = Non
 
 # %% ../nbs/15c_amer.ipynb #d3d35941
 AMER_FORMAT = 1
-
-def _base_of(encoder):
-    return None if Path(str(encoder.model_id)).resolve() == Path(default_text_model_path()).resolve() else str(encoder.model_id)
 
 def save_amer(model: AmerModel, folder) -> Path:
     "Write `model` to `folder` (amer.json + head.npz)."
