@@ -1,12 +1,14 @@
 """Whole-run scale: `docbench evaluate` (BM25 or dense on `text`) end to end over N papers, from a cold cache.
 
     python bench/scale_run.py [--sizes 100,1000,10000] [--retriever bm25] [--workdir /tmp/docbench-scale] \
-        [--out results/scale] [--workers N]
+        [--out results/scale] [--workers N] [--chunk-size N] [--distinct-units]
 
 The corpus of size N is the shared papers replicated under new ids (`{id}-r{i}`), each copy with one changed byte
 (a trailing `% replica i` line in every .tex file), so nothing is a cache hit: every copy is read, parsed,
 chunked, indexed. Only the TeX-ish files are copied (.tex .bib .bbl .sty .cls .bst): the `text` representation
-reads nothing else. The dev queries (gold = the original papers, which are always in the corpus) are the queries.
+reads nothing else. `--distinct-units` (for dense runs) also starts every paragraph of a replica with its tag
+(`r{i}`), so that no text unit of a replica equals one of its original: embeddings are cached per unit text, and
+a trailing line alone would make every other unit of a copy a cache hit. The dev queries (gold = the original papers, which are always in the corpus) are the queries.
 Each size runs in a fresh process under `/usr/bin/time -v` (peak RSS) with a fresh cache folder; the per-stage
 seconds come from the result's `timings`. Writes `--out/scale_{retriever}.json` and `scale_{retriever}.png`
 (wall and per-stage seconds and peak memory against N).
@@ -19,7 +21,7 @@ SHARED = ROOT.parent / 'shared'
 TEXISH = {'.tex', '.bib', '.bbl', '.sty', '.cls', '.bst', '.clo', '.def', '.cfg'}
 
 
-def build_corpus(n: int, dest: Path) -> Path:
+def build_corpus(n: int, dest: Path, distinct_units: bool = False) -> Path:
     "A corpus folder of `n` papers: the shared originals first, then replicas `{id}-r{i}` with a changed byte."
     src = SHARED / 'corpus' / 'papers'
     originals = sorted(p for p in src.iterdir() if p.is_dir())
@@ -32,20 +34,25 @@ def build_corpus(n: int, dest: Path) -> Path:
             if not f.is_file() or f.suffix.lower() not in TEXISH: continue
             t = out / f.relative_to(orig); t.parent.mkdir(parents=True, exist_ok=True)
             data = f.read_bytes()
-            if rep and f.suffix.lower() == '.tex': data += f'\n% replica {rep}\n'.encode()
+            if rep and f.suffix.lower() == '.tex':
+                data += f'\n% replica {rep}\n'.encode()
+                if distinct_units: data = data.replace(b'\n\n', f'\n\nr{rep} '.encode())
             t.write_bytes(data)
     return dest
 
 
 def run_size(n: int, args) -> dict:
     work = Path(args.workdir)
-    corpus = build_corpus(n, work / f'corpus_{n}')
-    cache = work / f'cache_{n}_{args.retriever}'; shutil.rmtree(cache, ignore_errors=True)
-    out = work / f'result_{n}_{args.retriever}.json'
+    tag = '_distinct' if args.distinct_units else ''
+    corpus = build_corpus(n, work / f'corpus_{n}{tag}', args.distinct_units)
+    name = _name(args)
+    cache = work / f'cache_{n}_{name}'; shutil.rmtree(cache, ignore_errors=True)
+    out = work / f'result_{n}_{name}.json'
     cmd = ['/usr/bin/time', '-v', str(ROOT / '.venv' / 'bin' / 'docbench'), '--cache-dir', str(cache), 'evaluate',
            '--corpus', str(corpus), '--queries', str(SHARED / 'queries' / 'dev.jsonl'), '--retriever', args.retriever,
            '--out', str(out)]
     if args.workers: cmd[4:4] = ['--workers', str(args.workers)]
+    if args.chunk_size: cmd += ['--chunk-size', str(args.chunk_size)]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '1')})
     wall = time.time() - t0
@@ -53,10 +60,17 @@ def run_size(n: int, args) -> dict:
     rss = next(int(l.split(':')[1]) for l in r.stderr.splitlines() if 'Maximum resident set size' in l) / 1024
     res = json.loads(out.read_text())
     row = {'papers': n, 'wall_s': round(wall, 1), 'peak_rss_mb': round(rss), 'ndcg@10': res['overall'].get('ndcg@10'),
+           'chunk_size': res.get('config', {}).get('chunk_size'), 'distinct_units': args.distinct_units,
            'n_units': res.get('config', {}).get('n_units') or res.get('n_units'), 'cores': os.cpu_count(),
            **{k: round(v, 1) for k, v in res.get('timings', {}).items() if isinstance(v, (int, float))}}
     print(json.dumps(row), flush=True)
     return row
+
+
+def _name(args) -> str:
+    "File stem of a run: the retriever, plus the chunk size and unit variation when not the default."
+    return (args.retriever.replace(':', '_') + (f'_c{args.chunk_size}' if args.chunk_size else '')
+            + ('_distinct' if args.distinct_units else ''))
 
 
 def plot(rows, path, retriever):
@@ -77,15 +91,18 @@ def main():
     ap.add_argument('--sizes', default='100,1000,10000'); ap.add_argument('--retriever', default='bm25')
     ap.add_argument('--workdir', default='/tmp/docbench-scale'); ap.add_argument('--out', default=str(ROOT / 'results' / 'scale'))
     ap.add_argument('--workers', type=int, default=None, help='passed to docbench when the CLI has --workers')
-    ap.add_argument('--plot-only', action='store_true', help='redraw the plot from --out/scale_{retriever}.json')
+    ap.add_argument('--chunk-size', type=int, default=None, help='passed to docbench evaluate (default: its own)')
+    ap.add_argument('--distinct-units', action='store_true', help='tag every paragraph of a replica (no unit-level cache hit)')
+    ap.add_argument('--plot-only', action='store_true', help='redraw the plot from --out/scale_{name}.json')
     args = ap.parse_args()
+    name = _name(args)
     if args.plot_only:
-        out = Path(args.out); plot(json.loads((out / f'scale_{args.retriever}.json').read_text()), out / f'scale_{args.retriever}.png', args.retriever); return
+        out = Path(args.out); plot(json.loads((out / f'scale_{name}.json').read_text()), out / f'scale_{name}.png', args.retriever); return
     if not (SHARED / 'corpus' / 'papers').is_dir(): raise SystemExit(f'needs the shared corpus at {SHARED}')
     rows = [run_size(int(n), args) for n in args.sizes.split(',')]
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    (out / f'scale_{args.retriever}.json').write_text(json.dumps(rows, indent=1) + '\n')
-    plot(rows, out / f'scale_{args.retriever}.png', args.retriever)
+    (out / f'scale_{name}.json').write_text(json.dumps(rows, indent=1) + '\n')
+    plot(rows, out / f'scale_{name}.png', args.retriever)
 
 
 if __name__ == '__main__':

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Optional
 
 # %% auto #0
-__all__ = ['token_offsets', 'whitespace_exact', 'chunk_spans', 'default_tokenizer', 'counting_tokenizer', 'clip_tokens']
+__all__ = ['MEMO_LIMIT', 'token_offsets', 'whitespace_exact', 'piece_offsets', 'chunk_spans', 'default_tokenizer',
+           'counting_tokenizer', 'clip_tokens']
 
 # %% ../nbs/00d_chunking.ipynb #b2590888
-def token_offsets(text: str, tokenizer, window: int = 200_000) -> list:
-    "Character `(start, end)` of every token of `text` under `tokenizer` (a fast HF tokenizer), without special tokens."
+def token_offsets(text: str, tokenizer, window: int = 200_000, fast: bool = True) -> list:
+    """Character `(start, end)` of every token of `text` under `tokenizer` (a fast HF tokenizer), without special tokens.
+    `fast`: for a BERT-style WordPiece tokenizer, tokenize each distinct word once (`piece_offsets`, identical offsets)."""
     if not getattr(tokenizer, 'is_fast', False):
         raise ValueError(f"chunking needs a fast tokenizer with offset mappings; got {type(tokenizer).__name__}")
+    if fast and _piecewise(tokenizer): return piece_offsets(text, tokenizer)
     out, pos = [], 0
     while pos < len(text):
         end = min(len(text), pos + window)
@@ -45,6 +48,55 @@ def _cut_at_space(text, offs, i, j) -> bool:
     "Tokens i..j-1 start and end at whitespace gaps (or the ends of the text)."
     return ((i == 0 or text[offs[i - 1][1]:offs[i][0]].isspace()) and
             (j == len(offs) or text[offs[j - 1][1]:offs[j][0]].isspace()))
+
+# %% ../nbs/00d_chunking.ipynb #d54cec8b
+import re
+_PIECE = re.compile(r'[^ \t\n\r!-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]')   # a run between ASCII spaces and punctuation, or one mark
+_RUN = re.compile(r'[^ \t\n\r]+')
+_PIECEWISE, _MEMO, MEMO_LIMIT = {}, {}, 1_000_000
+
+def _piecewise(tokenizer):
+    "`(untruncated backend copy, added-token regex | None)` when `tokenizer` can be run piece by piece, else None."
+    key = id(getattr(tokenizer, 'backend_tokenizer', tokenizer))
+    if key not in _PIECEWISE:
+        _PIECEWISE[key] = None
+        if whitespace_exact(tokenizer):
+            from tokenizers import Tokenizer
+            added = [a for a in tokenizer.backend_tokenizer.get_added_tokens_decoder().values()]
+            if not any(a.lstrip or a.rstrip or not a.content or re.search(r'\s', a.content) for a in added):
+                bt = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+                bt.no_truncation(); bt.no_padding()            # a private copy: the caller's settings stay as they are
+                pat = re.compile('|'.join(re.escape(a.content) for a in added), re.I) if added else None
+                _PIECEWISE[key] = (bt, pat)
+    return _PIECEWISE[key]
+
+def _pieces(text, pat) -> list:
+    "`(start, piece)` of `text`, in order; a whitespace-delimited run holding an added token is one piece."
+    if pat is None or not pat.search(text): return [(m.start(), m.group()) for m in _PIECE.finditer(text)]
+    out, pos = [], 0
+    for m in pat.finditer(text):
+        a = max(text.rfind(c, 0, m.start()) for c in ' \t\n\r') + 1
+        r = _RUN.match(text, a)
+        if a < pos: continue                           # inside the run of the previous added token
+        out += [(x.start(), x.group()) for x in _PIECE.finditer(text, pos, a)]
+        out.append((a, r.group())); pos = r.end()
+    return out + [(x.start(), x.group()) for x in _PIECE.finditer(text, pos)]
+
+def piece_offsets(text: str, tokenizer) -> list:
+    "`token_offsets(text, tokenizer)` for a BERT-style WordPiece tokenizer, each distinct piece tokenized once."
+    bt, pat = _piecewise(tokenizer)
+    memo = _MEMO.setdefault(id(bt), {})
+    if len(memo) > MEMO_LIMIT: memo.clear()
+    ps = _pieces(text, pat)
+    new = list({p for _, p in ps if p not in memo})
+    for p, enc in zip(new, bt.encode_batch(new, add_special_tokens=False) if new else ()):
+        memo[p] = tuple((s, e) for s, e in enc.offsets if e > s)
+    out = []
+    for a, p in ps:
+        o = memo[p]
+        if len(o) == 1 and o[0][0] == 0 and o[0][1] == len(p): out.append((a, a + len(p)))
+        else: out.extend([(a + s, a + e) for s, e in o])
+    return out
 
 # %% ../nbs/00d_chunking.ipynb #d54cec82
 def chunk_spans(text: str, tokenizer, chunk_size: int = 512, overlap: int = 0, snap: int = 24, shortcut: bool = True) -> list:

@@ -92,7 +92,7 @@ class ImageResolver:
         gp = [os.path.normpath(os.path.join(main_dir, g)).replace(os.sep, '/') for g in graphicspath]
         bases = [('' if b == '.' else b) for b in gp + [main_dir, ''] + list(extra_dirs)]
         self.bases = [b for b in dict.fromkeys(bases) if not b.startswith('..')]
-        self._idx = None
+        self._idx, self._seen = None, {}       # a name is looked up once (floats and the image counts both ask)
 
     def _index(self):
         if self._idx is None:
@@ -112,6 +112,10 @@ class ImageResolver:
     def resolve(self, name):
         "`(relpath | None, how)`, how one of 'path', 'search', 'missing'."
         if self.root is None or not name: return None, 'missing'
+        if name not in self._seen: self._seen[name] = self._resolve(name)
+        return self._seen[name]
+
+    def _resolve(self, name):
         for b in self.bases:
             r = safe_resolve(self.root, b, name, IMAGE_EXTS)
             if r and not r.lower().endswith(('.tex', '.ltx')): return r, 'path'

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
 from .tex import VERBATIM_ENVS, NOT_CONDITIONALS, verbatim_end, verbatim_spans, in_spans, search_outside, document_body, document_bounds
-import bisect
+import bisect, itertools
 from .cache import cache_root, file_sha256, atomic_write_json
 
 # %% auto #0
@@ -197,14 +197,20 @@ def strip_comments(text: str, _depth=0) -> str:
     return ''.join(_strip_out(text, _depth))
 
 # %% ../nbs/01_latex.ipynb #ff8b8aeb
-def _inside(root_real, path) -> bool:
-    real = os.path.realpath(path)
+def _inside_real(root_real, real) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
-def _ci_match(dirpath, fname):
-    "Case-insensitive lookup of `fname` in `dirpath` (unique match only)."
-    try: names = [f for f in os.listdir(dirpath) if f.lower() == fname.lower()]
-    except OSError: return None
+def _inside(root_real, path) -> bool:
+    return _inside_real(root_real, os.path.realpath(path))
+
+def _ci_match(dirpath, fname, listings=None):
+    "Case-insensitive lookup of `fname` in `dirpath` (unique match only); `listings` caches each folder's names."
+    if listings is None or dirpath not in listings:
+        try: names = os.listdir(dirpath)
+        except OSError: names = None
+        if listings is None: listings = {}
+        listings[dirpath] = names
+    names = [f for f in listings[dirpath] or () if f.lower() == fname.lower()]
     return os.path.join(dirpath, names[0]) if len(names) == 1 else None
 
 @functools.lru_cache(maxsize=64)
@@ -221,18 +227,19 @@ def resolve_name(root, base_dir, name, exts=('.tex',)):
     low = name.lower()
     with_ext = [name + e for e in exts if not low.endswith(e.lower())]
     cands = [name] + with_ext if any(low.endswith(e.lower()) for e in exts) else with_ext + [name]
-    refused = False
+    refused, listings = False, {}
     for pass_ in ('exact', 'case'):
         for c in cands:
             p = os.path.normpath(os.path.join(root, base_dir or '', c))
             if pass_ == 'case':
                 if not os.path.isdir(os.path.dirname(p)): continue
-                p = _ci_match(os.path.dirname(p), os.path.basename(p))
+                p = _ci_match(os.path.dirname(p), os.path.basename(p), listings)
                 if p is None: continue
             if not os.path.lexists(p): continue
-            if not _inside(root_real, p): refused = True; continue
+            real = os.path.realpath(p)
+            if not _inside_real(root_real, real): refused = True; continue
             if os.path.isfile(p):
-                rel = os.path.relpath(os.path.realpath(p), root_real).replace(os.sep, '/')
+                rel = os.path.relpath(real, root_real).replace(os.sep, '/')
                 return rel, ('ok' if pass_ == 'exact' else 'case')
         if refused: break
     if not refused:   # a name that climbs out of the tree is refused even if nothing is there
@@ -487,8 +494,9 @@ def _doc_info(text):
     return (m.group(2) if m else None), bool(re.search(r'\\begin\s*\{document\}', text)), (m.group(1) or '' if m else '')
 
 # %% ../nbs/01_latex.ipynb #5edb3f34
-def find_main_file(root, id=None) -> str:
-    "Path (relative to `root`) of the paper's main LaTeX file; raises `LatexSourceError` when there is none."
+def find_main_file(root, id=None, _seen=None) -> str:
+    """Path (relative to `root`) of the paper's main LaTeX file; raises `LatexSourceError` when there is none.
+    `_seen` (a dict, from `flatten_latex`) keeps what was read and stripped here so the flattener need not redo it."""
     root = str(root); pid = id or os.path.basename(os.path.normpath(root))
     texs = _tex_files(root)
     if not texs:
@@ -501,7 +509,8 @@ def find_main_file(root, id=None) -> str:
         full = os.path.join(root, rel)
         try:
             if os.path.getsize(full) > 20_000_000: continue
-            text = strip_comments(read_text(full)[0])
+            raw = read_text(full); pieces = _strip_out(raw[0]); text = ''.join(pieces)
+            if _seen is not None: _seen[full] = (raw, pieces)
         except OSError: continue
         cls, has_begin, opts = _doc_info(text)
         info[rel] = (cls, has_begin, len(text))
@@ -565,7 +574,7 @@ def _slice_segs(segs, a, b, dest):
     "The segments of `text[a:b]` (given `text`'s `segs`), placed at offset `dest`."
     k = max(0, bisect.bisect_right(segs, a, key=lambda x: x[0]) - 1)
     out = []
-    for o, f, src in segs[k:]:
+    for o, f, src in itertools.islice(segs, k, None):     # no copy of the tail: a paper has thousands of segments
         if o >= b: break
         if o <= a: out.append((dest, f, src + (a - o) if src >= 0 else -1))
         else: out.append((dest + o - a, f, src))
@@ -605,9 +614,10 @@ def _includeonly(text):
 # %% ../nbs/01_latex.ipynb #f303664e
 class _Flattener:
     "One `flatten_latex` run: the paper folder, the files pulled in, warnings, characters so far."
-    def __init__(self, root, pid, main_dir, max_depth, max_chars):
+    def __init__(self, root, pid, main_dir, max_depth, max_chars, seen=None):
         self.root, self.pid, self.main_dir, self.max_depth, self.max_chars = root, pid, main_dir, max_depth, max_chars
         self.files, self.warnings, self.total, self.only, self.newlines = [], [], 0, None, {}
+        self.seen = seen if seen is not None else {}     # path -> (read_text result, _strip_out pieces) from find_main_file
 
     def warn(self, rel, msg): self.warnings.append(f'paper {self.pid}: {rel}: {msg}')
 
@@ -617,11 +627,13 @@ class _Flattener:
 
     def load_map(self, rel):
         "`(text, segments)`: `load(rel)` and where its pieces come from in `rel` (its line index kept in `newlines`)."
-        text, w = read_text(os.path.join(self.root, rel))
+        full = os.path.join(self.root, rel)
+        raw, pieces = self.seen.pop(full, (None, None))
+        text, w = raw or read_text(full)
         if w: self.warn(rel, f'not valid UTF-8, decoded with a fallback encoding ({w.rsplit(" ", 1)[-1]})')
-        text = text.replace('\r\n', '\n').replace('\r', '\n')
+        if '\r' in text: text, pieces = text.replace('\r\n', '\n').replace('\r', '\n'), None
         self.newlines[rel] = _newline_offsets(text)
-        out = _strip_out(text)
+        out = pieces if pieces is not None else _strip_out(text)   # stripped already while finding the main file
         segs, n = [], 0
         for piece, at in zip(out, out.at): segs.append((n, rel if at >= 0 else None, at)); n += len(piece)
         return _cut_map(''.join(out), segs, r'\\endinput(?![A-Za-z@])', keep_match=False)
@@ -723,10 +735,11 @@ def expand_map(self:_Flattener, rel, text, segs, depth, stack, import_dir) -> tu
 def flatten_latex(root, main_file=None, id=None, max_depth=20, max_chars=20_000_000, honour_includeonly=True) -> Flattened:
     "Expand every `\\input`/`\\include`/`\\subfile`/`\\import`/`\\subimport` of the main file under `root`, comments stripped."
     root = os.path.realpath(str(root)); pid = id or os.path.basename(root)
-    main = main_file or find_main_file(root, id=pid)
+    seen = {}
+    main = main_file or find_main_file(root, id=pid, _seen=seen)
     main_path = safe_resolve(root, '', main, exts=TEX_EXTS)
     if main_path is None: raise LatexSourceError(f'paper {pid}: main file {main} not found inside {root}')
-    fl = _Flattener(root, pid, posixpath.dirname(main_path), max_depth, max_chars)
+    fl = _Flattener(root, pid, posixpath.dirname(main_path), max_depth, max_chars, seen)
     fl.files.append(main_path)
     text, segs = fl.load_map(main_path)
     if honour_includeonly: fl.only = _includeonly(text)
