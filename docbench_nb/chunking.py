@@ -57,18 +57,20 @@ _PIECEWISE, _MEMO, MEMO_LIMIT = {}, {}, 1_000_000
 
 def _piecewise(tokenizer):
     "`(untruncated backend copy, added-token regex | None)` when `tokenizer` can be run piece by piece, else None."
-    key = id(getattr(tokenizer, 'backend_tokenizer', tokenizer))
+    be = getattr(tokenizer, 'backend_tokenizer', tokenizer)
+    key = (id(be), be.get_vocab_size(with_added_tokens=True))    # tokens added later make a new entry
+    if key in _PIECEWISE and _PIECEWISE[key][0] is not be: del _PIECEWISE[key]   # an id reused by another tokenizer
     if key not in _PIECEWISE:
-        _PIECEWISE[key] = None
+        _PIECEWISE[key] = (be, None)                     # holding `be` keeps its id from being reused
         if whitespace_exact(tokenizer):
             from tokenizers import Tokenizer
             added = [a for a in tokenizer.backend_tokenizer.get_added_tokens_decoder().values()]
-            if not any(a.lstrip or a.rstrip or not a.content or re.search(r'\s', a.content) for a in added):
+            if not any(a.lstrip or a.rstrip or a.normalized or not a.content or re.search(r'\s', a.content) for a in added):
                 bt = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
                 bt.no_truncation(); bt.no_padding()            # a private copy: the caller's settings stay as they are
                 pat = re.compile('|'.join(re.escape(a.content) for a in added), re.I) if added else None
-                _PIECEWISE[key] = (bt, pat)
-    return _PIECEWISE[key]
+                _PIECEWISE[key] = (be, (bt, pat))
+    return _PIECEWISE[key][1]
 
 def _pieces(text, pat) -> list:
     "`(start, piece)` of `text`, in order; a whitespace-delimited run holding an added token is one piece."

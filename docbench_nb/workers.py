@@ -112,7 +112,10 @@ def _pool_outcomes(fn, items, n, time_limit, memory_mb) -> Iterator:
                         kind = 'memory' if code == -signal.SIGKILL and memory_mb else 'died'
                         yield i, WorkFailure(kind, f'worker died (exit code {code})'); continue
                     s.job = None
-                    if todo: k = todo.popleft(); s.give(k, items[k], time_limit)   # its next item first: it works while the caller handles this one
+                    if todo:                      # its next item first: it works while the caller handles this one
+                        k = todo.popleft()
+                        try: s.give(k, items[k], time_limit)
+                        except Exception: todo.appendleft(k); s.job = None    # raised again after this result is out
                     if status == 'ok' and time_limit and elapsed > time_limit:      # finished, but past its limit
                         status, value = 'time', _time_reason(time_limit)
                     yield j, (value if status == 'ok' else WorkFailure(status, value))
