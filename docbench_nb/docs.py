@@ -71,8 +71,14 @@ def _page(args) -> tuple:
     p, nbs_path, execute, timeout, kernel_name = args
     nb, t = nbformat.read(p, as_version=4), time.time()
     if execute:
-        try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name).preprocess(nb, {'metadata': {'path': str(nbs_path)}})
-        except CellExecutionError as e: raise RuntimeError(f"docs: notebook {p.name} failed:\n{str(e)[-3000:]}") from None
+        for attempt in (1, 2):      # a kernel that dies while starting (a busy machine) is started once more
+            run = nbformat.read(p, as_version=4)
+            try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name, startup_timeout=300).preprocess(run, {'metadata': {'path': str(nbs_path)}})
+            except CellExecutionError as e: raise RuntimeError(f"docs: notebook {p.name} failed:\n{str(e)[-3000:]}") from None
+            except RuntimeError as e:
+                if attempt == 2 or 'Kernel died' not in str(e): raise RuntimeError(f"docs: notebook {p.name}: {e}") from None
+                continue
+            nb = run; break
     body, _ = HTMLExporter(template_name='classic').from_notebook_node(nb)
     return notebook_title(nb) or p.stem, body, round(time.time() - t, 1)
 
