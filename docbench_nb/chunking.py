@@ -33,16 +33,22 @@ def token_offsets(text: str, tokenizer, window: int = 200_000, fast: bool = True
 _EXACT = {}
 def whitespace_exact(tokenizer) -> bool:
     "Whether a span cut at whitespace tokenizes on its own into exactly its slice of the whole text's tokens (BERT-style WordPiece)."
-    key = id(getattr(tokenizer, 'backend_tokenizer', tokenizer))
-    if key not in _EXACT:
+    be = getattr(tokenizer, 'backend_tokenizer', tokenizer)
+    if _key_of(be) not in _EXACT or _EXACT[_key_of(be)][0] is not be:     # held: its id cannot pass to another tokenizer
         try:
             import json
-            cfg = json.loads(tokenizer.backend_tokenizer.to_str())
-            _EXACT[key] = ((cfg.get('pre_tokenizer') or {}).get('type') == 'BertPreTokenizer'
-                           and (cfg.get('model') or {}).get('type') == 'WordPiece'
-                           and (cfg.get('normalizer') or {}).get('type') in (None, 'BertNormalizer'))
-        except Exception: _EXACT[key] = False
-    return _EXACT[key]
+            cfg = json.loads(be.to_str())
+            ok = ((cfg.get('pre_tokenizer') or {}).get('type') == 'BertPreTokenizer'
+                  and (cfg.get('model') or {}).get('type') == 'WordPiece'
+                  and (cfg.get('normalizer') or {}).get('type') in (None, 'BertNormalizer'))
+        except Exception: ok = False
+        _EXACT[_key_of(be)] = (be, ok)
+    return _EXACT[_key_of(be)][1]
+
+def _key_of(be):
+    "Cache key of a backend tokenizer: its id and vocabulary size (tokens added later make a new entry)."
+    try: return id(be), be.get_vocab_size(with_added_tokens=True)
+    except Exception: return id(be), None
 
 def _cut_at_space(text, offs, i, j) -> bool:
     "Tokens i..j-1 start and end at whitespace gaps (or the ends of the text)."
@@ -58,15 +64,14 @@ _PIECEWISE, _MEMO, MEMO_LIMIT = {}, {}, 1_000_000
 def _piecewise(tokenizer):
     "`(untruncated backend copy, added-token regex | None)` when `tokenizer` can be run piece by piece, else None."
     be = getattr(tokenizer, 'backend_tokenizer', tokenizer)
-    key = (id(be), be.get_vocab_size(with_added_tokens=True))    # tokens added later make a new entry
-    if key in _PIECEWISE and _PIECEWISE[key][0] is not be: del _PIECEWISE[key]   # an id reused by another tokenizer
-    if key not in _PIECEWISE:
-        _PIECEWISE[key] = (be, None)                     # holding `be` keeps its id from being reused
+    key = _key_of(be)
+    if key not in _PIECEWISE or _PIECEWISE[key][0] is not be:   # as in `whitespace_exact`
+        _PIECEWISE[key] = (be, None)
         if whitespace_exact(tokenizer):
             from tokenizers import Tokenizer
-            added = [a for a in tokenizer.backend_tokenizer.get_added_tokens_decoder().values()]
+            added = list(be.get_added_tokens_decoder().values())
             if not any(a.lstrip or a.rstrip or a.normalized or not a.content or re.search(r'\s', a.content) for a in added):
-                bt = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+                bt = Tokenizer.from_str(be.to_str())
                 bt.no_truncation(); bt.no_padding()            # a private copy: the caller's settings stay as they are
                 pat = re.compile('|'.join(re.escape(a.content) for a in added), re.I) if added else None
                 _PIECEWISE[key] = (be, (bt, pat))

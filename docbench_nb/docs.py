@@ -72,7 +72,7 @@ def _page(args) -> tuple:
     nb, t = nbformat.read(p, as_version=4), time.time()
     if execute:
         for attempt in (1, 2):      # a kernel that dies while starting (a busy machine) is started once more
-            run = nbformat.read(p, as_version=4)
+            run = nb if attempt == 1 else nbformat.read(p, as_version=4)
             try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name, startup_timeout=300).preprocess(run, {'metadata': {'path': str(nbs_path)}})
             except CellExecutionError as e: raise RuntimeError(f"docs: notebook {p.name} failed:\n{str(e)[-3000:]}") from None
             except RuntimeError as e:
