@@ -63,6 +63,8 @@ def run_size(n: int, args) -> dict:
            'chunk_size': res.get('config', {}).get('chunk_size'), 'distinct_units': args.distinct_units,
            'n_units': res.get('config', {}).get('n_units') or res.get('n_units'), 'cores': os.cpu_count(),
            **{k: round(v, 1) for k, v in res.get('timings', {}).items() if isinstance(v, (int, float))}}
+    if row.get('n_units') and row.get('index_s'): row['index_units_per_s'] = round(row['n_units'] / row['index_s'], 1)
+    row['torch_threads'] = int(os.environ.get('OMP_NUM_THREADS', '1'))
     print(json.dumps(row), flush=True)
     return row
 

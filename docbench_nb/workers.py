@@ -119,8 +119,8 @@ def _pool_outcomes(fn, items, n, time_limit, memory_mb) -> Iterator:
                     if status == 'ok' and time_limit and elapsed > time_limit:      # finished, but past its limit
                         status, value = 'time', _time_reason(time_limit)
                     yield j, (value if status == 'ok' else WorkFailure(status, value))
-                elif time.monotonic() >= deadline:
-                    s.kill(); slots.remove(s)
+                elif time.monotonic() >= deadline and not s.conn.poll():    # a result that came while the caller
+                    s.kill(); slots.remove(s)                                 # held the last one is no time failure
                     yield i, WorkFailure('time', _time_reason(time_limit))
     finally:
         for s in slots: (s.kill if s.job else s.stop)()
