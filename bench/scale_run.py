@@ -10,7 +10,12 @@ reads nothing else. `--distinct-units` (for dense runs) also starts every paragr
 (`r{i}`), so that no text unit of a replica equals one of its original: embeddings are cached per unit text, and
 a trailing line alone would make every other unit of a copy a cache hit. The dev queries (gold = the original papers, which are always in the corpus) are the queries.
 Each size runs in a fresh process under `/usr/bin/time -v` (peak RSS) with a fresh cache folder; the per-stage
-seconds come from the result's `timings`. Writes `--out/scale_{retriever}.json` and `scale_{retriever}.png`
+seconds come from the result's `timings`. The child gets OMP_NUM_THREADS from the environment, 1 when unset (right
+for BM25, whose worker processes use the cores); a dense run wants the torch threads on every core:
+
+    OMP_NUM_THREADS=2 python bench/scale_run.py --sizes 1000 --retriever dense --chunk-size 512 --distinct-units
+
+Writes `--out/scale_{name}.json` and `scale_{name}.png` ({name}: the retriever, plus `_c{chunk}` and `_distinct` when given)
 (wall and per-stage seconds and peak memory against N).
 """
 import argparse, json, os, shutil, subprocess, sys, time
