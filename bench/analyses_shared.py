@@ -1,4 +1,4 @@
-"""The analyses of DESIGN §2A/§2B on a real corpus (default: the 80-paper shared corpus and its dev queries).
+"""The analyses of the representation study and REAL-MM-RAG on a real corpus (default: the 80-paper shared corpus and its dev queries).
 
     python bench/analyses_shared.py --corpus ../shared/corpus/papers --queries ../shared/queries/dev.jsonl \
         --out results/analyses [--pages render] [--chunk 512]
@@ -55,7 +55,7 @@ def main():
 
     if 'figrefs' not in skip:
         section(f'figure references (chunk {a.chunk})')
-        print('study (DESIGN §2A), percent of cases:'); print(STUDY_FIGREF.to_string())
+        print('study, percent of cases:'); print(STUDY_FIGREF.to_string())
         for spec in ('dense', 'bm25'):
             t = time.time()
             cases = figure_reference_cases(papers, queries, spec, chunk_size=a.chunk, cache_dir=a.cache_dir)

@@ -121,7 +121,8 @@ def main():
     import datasets
     ex = Path(a.export_dir or tempfile.mkdtemp(prefix='docbench-export-')) / 'all'
     t = time.time()
-    s = export_benchmark(CORPUS, QUERIES, ex, papers=papers, maps=maps, cache_dir=cache, progress=False)
+    s = export_benchmark(CORPUS, QUERIES, ex, papers=papers, maps=maps, cache_dir=cache, progress=False,
+                         force=True)             # a rerun with the same --export-dir overwrites (the card lists only the new shards)
     R['roundtrip']['export'] = {k: v for k, v in s.items() if k not in ('unplaced', 'out')}
     R['roundtrip']['export']['seconds'] = round(time.time() - t, 1)
     R['roundtrip']['export']['bytes'] = sum(f.stat().st_size for f in ex.rglob('*') if f.is_file())
@@ -137,7 +138,7 @@ def main():
     log('round trip page-latex|bm25: identical per query:', pq_m == pq_t, summary(mine)['ndcg@10'], summary(theirs)['ndcg@10'])
     if a.ocr_pages > 0:
         exs = ex.parent / 'subset'
-        export_benchmark('subset', qfile, exs, papers=sp, maps=maps, cache_dir=cache)
+        export_benchmark('subset', qfile, exs, papers=sp, maps=maps, cache_dir=cache, force=True)
         units, iq, info = import_beir(exs, cache_dir=cache, content='image')
         theirs = evaluate_units(units, iq, ocr_rets[0], cache_dir=cache)
         mine = full[('sub', 'page', 'pages', ocr_rets[0])]

@@ -1,4 +1,4 @@
-"""Context-length scaling (DESIGN §2A) on a real corpus (default: the shared corpus of real LaTeX papers).
+"""Context-length scaling (the representation study) on a real corpus (default: the shared corpus of real LaTeX papers).
 
     python bench/scaling_shared.py [--corpus ../shared/corpus/papers] [--out results/scaling] \
         [--lengths 500,1000,4000,8000] [--max-pixels 1000000] [--ocr tesseract] [--limit N]

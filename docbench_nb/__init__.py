@@ -5,12 +5,15 @@ __version__ = "0.1.0"
 
 # %% auto #0
 __all__ = ['PaperList', 'load_papers', 'load_queries', 'evaluate', 'grid', 'load_results', 'retriever_help', 'Paper', 'Query',
-           'Run', 'Unit', 'Result', 'compare']
+           'Run', 'Unit', 'Result', 'compare', 'compare_report', 'format_report', 'load_result', 'DEFAULT_RETRIEVER',
+           'DEFAULT_REPRESENTATION', 'DEFAULT_K']
 
 # %% ../nbs/19_api.ipynb #b447bf26
 from .records import Paper, Query, Run, Unit
-from .result import Result, compare
-_all_ = ['Paper', 'Query', 'Run', 'Unit', 'Result', 'compare']
+from .result import (Result, compare, compare_report, format_report, load_result, DEFAULT_RETRIEVER,
+                                DEFAULT_REPRESENTATION, DEFAULT_K)
+_all_ = ['Paper', 'Query', 'Run', 'Unit', 'Result', 'compare', 'compare_report', 'format_report', 'load_result',
+         'DEFAULT_RETRIEVER', 'DEFAULT_REPRESENTATION', 'DEFAULT_K']
 
 # %% ../nbs/19_api.ipynb #312e4855
 class PaperList(list):
@@ -30,11 +33,12 @@ def load_queries(path, papers=None, levels=(0, 1, 2, 3)) -> list:
     return _load(path, known_doc_ids=None if papers is None else [p.id for p in papers], levels=levels)
 
 # %% ../nbs/19_api.ipynb #86b72fe1
-def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm25', chunk_size=None, max_pixels=None,
-             cache_dir=None, progress: bool = True, task: str = 'paper', **kw) -> Result:
+def evaluate(corpus, queries, representation: str = DEFAULT_REPRESENTATION, retriever: str = DEFAULT_RETRIEVER, chunk_size=None,
+             max_pixels=None, cache_dir=None, progress: bool = True, task: str = 'paper', k: int = DEFAULT_K, **kw) -> Result:
     """Evaluate one configuration. `corpus`: a folder of sources, or papers from `load_papers`; `queries`: a query
-    file. `chunk_size=None` chunks to the retriever's encoder window (BM25: 512). `task='page'` ranks rendered
-    pages against page-level qrels (`docbench_nb.pagetask`). Returns a `Result`."""
+    file. Defaults (`bm25`, `text`, k = 10) are those of `docbench evaluate`. `chunk_size=None` chunks to the retriever's
+    encoder window (BM25: 512). `task='page'` ranks rendered pages against page-level qrels (`docbench_nb.pagetask`).
+    Returns a `Result`."""
     from docbench_nb.pagetask import check_task
     if check_task(task) == 'page': from docbench_nb.pagetask import evaluate_pages as _evaluate
     else: from docbench_nb.evaluation import evaluate as _evaluate
@@ -42,7 +46,7 @@ def evaluate(corpus, queries, representation: str = 'text', retriever: str = 'bm
         kw['papers'], corpus = corpus, kw.pop('corpus_name', 'papers')
     if max_pixels is not None: kw['max_pixels'] = max_pixels
     return Result.from_dict(_evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir,
-                                      progress=progress, **kw))
+                                      progress=progress, k=k, **kw))
 
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
          baseline=None, cache_dir=None, task: str = 'paper', **kw) -> dict:
@@ -51,7 +55,7 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
     return _grid(corpus, queries, out, representations, retrievers, chunk_sizes, max_pixels, baseline, cache_dir, task=task, **kw)
 
 def load_results(folder, with_runs: bool = False) -> list:
-    "Every `Result` saved in `folder`."
+    "Every `Result` saved in `folder` (a result file instead: that one)."
     from docbench_nb.results import load_results as _load
     return _load(folder, with_runs=with_runs)
 

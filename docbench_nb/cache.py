@@ -4,27 +4,37 @@
 
 # %% ../nbs/00c_cache.ipynb #32cf42c2
 from __future__ import annotations
-import contextlib, hashlib, io, json, os, tempfile, warnings
+import contextlib, hashlib, io, json, os, stat, tempfile, warnings
 from pathlib import Path
 from typing import Optional, Sequence
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['CACHE_STAGES', 'cache_root', 'stage_dir', 'content_key', 'file_sha256', 'atomic_open', 'atomic_write',
-           'atomic_write_json', 'atomic_save_npy', 'read_json_entry', 'load_npy_checked', 'load_npy_verified',
-           'cache_verify', 'cache_clear', 'add_cache_parsers', 'cmd_cache', 'cached_compute']
+__all__ = ['CACHE_STAGES', 'cache_root', 'stage_dir', 'content_key', 'file_sha256', 'check_cache_path', 'atomic_open',
+           'atomic_write', 'atomic_write_json', 'atomic_save_npy', 'CacheEntryError', 'read_json_entry',
+           'OutsideRootError', 'short_repr', 'inside_root', 'load_npy_checked', 'load_npy_verified', 'cache_verify',
+           'cache_clear', 'add_cache_parsers', 'cmd_cache', 'cached_compute']
 
 # %% ../nbs/00c_cache.ipynb #36dfe9d6
 CACHE_STAGES = ('papers', 'sources', 'figures', 'renders', 'ocr', 'embeddings', 'tokens', 'descriptions', 'llm')
 
+_ROOTS: set = set()     # every cache root this process has used: what is read or written under one of its stages stays in that stage
+
 def cache_root(cache_dir=None) -> Path:
     "Where docbench keeps derived data: `cache_dir`, else `$DOCBENCH_CACHE`, else `~/.cache/docbench`."
-    return Path(cache_dir or os.environ.get('DOCBENCH_CACHE') or Path.home() / '.cache' / 'docbench').expanduser()
+    r = Path(cache_dir or os.environ.get('DOCBENCH_CACHE') or Path.home() / '.cache' / 'docbench').expanduser()
+    _ROOTS.add(os.path.abspath(r))
+    return r
 
 def stage_dir(stage: str, cache_dir=None) -> Path:
-    "The sub-folder of the cache root that `stage` (one of `CACHE_STAGES`) owns."
+    "The sub-folder of the cache root that `stage` (one of `CACHE_STAGES`) owns; a stage folder that is a link is refused."
     if stage not in CACHE_STAGES: raise ValueError(f"unknown cache stage {stage!r}; expected one of {CACHE_STAGES}")
-    return cache_root(cache_dir) / stage
+    d = cache_root(cache_dir) / stage
+    if d.is_symlink():                 # the cache never reads or writes through a link (`docbench cache verify --fix` removes it)
+        raise OSError(f"cache stage folder {d} is a symbolic link; docbench does not follow links in its cache. To put the "
+                      f"cache on another disk, use `--cache-dir DIR` or `DOCBENCH_CACHE=DIR` (the whole cache goes there) "
+                      f"(`docbench cache verify --fix` removes the link, not what it points to)")
+    return d
 
 # %% ../nbs/00c_cache.ipynb #ebcf8bc3
 def content_key(*parts, n: int = 64) -> str:
@@ -43,14 +53,46 @@ def file_sha256(path, bufsize: int = 1 << 20) -> str:
     return h.hexdigest()
 
 # %% ../nbs/00c_cache.ipynb #be1a82c2
+def _umask() -> int:
+    "The process umask, read without changing it where /proc allows (setting it back is not thread-safe)."
+    try:
+        for line in open('/proc/self/status'):
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    except (OSError, ValueError): pass
+    m = os.umask(0o022); os.umask(m); return m
+
+def _cache_escape(path) -> Optional[str]:
+    """Why `path` must not be used, when it lies under a stage of a cache root this process uses (`cache_root`) and
+    its folder resolves outside that stage's real folder (`realpath(root)/stage`): a link on its way leads out. Else None."""
+    a = os.path.abspath(path)
+    for r in tuple(_ROOTS):
+        top = os.path.join(r, '')
+        if not a.startswith(top): continue
+        parts = a[len(top):].split(os.sep)
+        if len(parts) < 2 or parts[0] not in CACHE_STAGES: continue
+        base = os.path.join(os.path.realpath(r), parts[0])
+        if os.path.commonpath([base, os.path.realpath(os.path.dirname(a))]) != base:
+            return f"is reached through a link that leads out of the cache stage folder {os.path.join(r, parts[0])} (not followed)"
+    return None
+
+def check_cache_path(path) -> Path:
+    "`path`, or `OSError` when it lies under a cache stage but a link on its way leads out of that stage (see `atomic_open`)."
+    why = _cache_escape(path)
+    if why: raise OSError(f"cache write {path} refused: it {why}; docbench does not follow links in its cache "
+                          f"(`docbench cache verify --fix` removes links; to put the cache on another disk, use `--cache-dir` or `DOCBENCH_CACHE`)")
+    return Path(path)
+
 @contextlib.contextmanager
 def atomic_open(path, mode: str = 'w', fsync: bool = True, encoding: str = 'utf-8'):
-    "Open a temporary file beside `path` for writing; on success flush, fsync and rename it over `path`; on error remove it."
+    """Open a temporary file beside `path` for writing; on success flush, fsync and rename it over `path`; on error
+    remove it. Under a cache stage, a target whose folder leads out of the stage through a link is refused (`OSError`)."""
     if mode not in ('w', 'wb'): raise ValueError(f"atomic_open: mode must be 'w' or 'wb', got {mode!r}")
-    path = Path(path)
+    path = check_cache_path(path)                    # before mkdir, which would create folders through the link
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix='.' + path.name[:60] + '.', suffix='.tmp')
     try:
+        with contextlib.suppress(OSError):           # file systems without chmod keep mkstemp's mode
+            os.fchmod(fd, 0o666 & ~_umask())         # mkstemp makes 0600; an output file gets what open() would give
         with os.fdopen(fd, mode, **({} if 'b' in mode else {'encoding': encoding})) as f:
             yield f
             f.flush()
@@ -85,20 +127,81 @@ def atomic_save_npy(path, arr, fsync: bool = True) -> Path:
 def _sum_path(path) -> Path: return Path(str(path) + '.sha256')
 
 # %% ../nbs/00c_cache.ipynb #041d659a
-def read_json_entry(path) -> Optional[dict]:
-    "The JSON object stored at `path`; None if it is absent. An unreadable entry is removed with a warning naming it."
-    path = Path(path)
-    try: text = path.read_text(encoding='utf-8')
-    except FileNotFoundError: return None
+class CacheEntryError(OSError):
+    "A cache entry that is not read: a link (never followed), not a regular file, or reached through a link out of its stage."
+    def __init__(self, path, problem: str, removable: bool = True):
+        super().__init__(f"cache entry {path} {problem}")
+        self.path, self.problem, self.removable = str(path), problem, removable   # removable: unlinking `path` touches nothing outside
+
+def _open_entry(path, follow: bool = False):
+    """`path` opened for reading (binary), never blocking on a FIFO or device: it must be a regular file. Unless `follow`,
+    never through a link: the entry is opened with `O_NOFOLLOW`, and under a cache stage its folder must stay in the stage."""
+    if not follow and (why := _cache_escape(path)): raise CacheEntryError(path, why, removable=False)
+    flags = os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) | (0 if follow else getattr(os, 'O_NOFOLLOW', 0))
+    try: fd = os.open(path, flags)
+    except FileNotFoundError: raise
+    except OSError:                                  # ELOOP (a link under O_NOFOLLOW), ENXIO (a socket), ...
+        try: m = os.lstat(path).st_mode
+        except OSError: m = 0
+        if stat.S_ISLNK(m): raise CacheEntryError(path, 'is a symbolic link (not followed)') from None
+        if m and not stat.S_ISREG(m) and not stat.S_ISDIR(m): raise CacheEntryError(path, 'is not a regular file') from None
+        raise
     try:
-        d = json.loads(text)
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise CacheEntryError(path, 'is not a regular file')
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, 'rb')
+    except BaseException:
+        os.close(fd); raise
+
+def read_json_entry(path) -> Optional[dict]:
+    """The JSON object stored at `path`; None if it is absent. An unreadable entry is removed with a warning naming it;
+    so is a link (the link, never what it points to). An entry reached through a link out of its stage is not read."""
+    path = Path(path)
+    try:
+        with _open_entry(path) as f: raw = f.read()
+    except FileNotFoundError: return None
+    except CacheEntryError as e:
+        warnings.warn(f"cache entry {path} {e.problem}: " + ('removed, will be recomputed' if e.removable else 'not read'))
+        if e.removable:
+            with contextlib.suppress(OSError): path.unlink()
+        return None
+    try:
+        d = json.loads(raw.decode('utf-8'))
         if isinstance(d, dict): return d
         why = f"holds a {type(d).__name__}, not an object"
     except json.JSONDecodeError as e: why = f"is not valid JSON ({e.msg} at line {e.lineno})"
     except UnicodeDecodeError: why = 'is not UTF-8'
+    except RecursionError: why = 'is not valid JSON (nested too deeply)'
     warnings.warn(f"cache entry {path} {why}: removed, will be recomputed")
     with contextlib.suppress(OSError): path.unlink()
     return None
+
+# %% ../nbs/00c_cache.ipynb #98de0b2a
+class OutsideRootError(ValueError):
+    "A path that leads out of the folder it must stay in: absolute, with a `..` part, or through a link pointing outside."
+
+def short_repr(s, n: int = 60) -> str:
+    "`repr(s)`, cut to `n` characters: how error messages quote an offending token (never more of a file than that)."
+    r = repr(s)
+    return r if len(r) <= n else r[:n - 4] + '...' + r[-1]
+
+def inside_root(root, rel, what: str = 'path', links: str = 'inside') -> Path:
+    """The real path of `root/rel`, or `OutsideRootError` (naming `what`) when `rel` is absolute, has a `..` part, or a
+    link on the way leads out of `root`. `links='none'`: any link is refused, even one that stays inside."""
+    s = os.fspath(rel)
+    if not s or '\x00' in s: raise OutsideRootError(f"{what}: empty path or NUL byte in {short_repr(s)}")
+    if os.path.isabs(s) or s.startswith('~'): raise OutsideRootError(f"{what}: absolute path {short_repr(s)} refused (paths must be relative to the root)")
+    if '..' in Path(s).parts: raise OutsideRootError(f"{what}: '..' in path {short_repr(s)} refused")
+    root_real = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root_real, s))
+    if os.path.commonpath([root_real, real]) != root_real:
+        raise OutsideRootError(f"{what}: {short_repr(s)} is a link that leads out of {root}")
+    if links == 'none':
+        p = Path(root_real)
+        for part in Path(s).parts:
+            p = p / part
+            if p.is_symlink(): raise OutsideRootError(f"{what}: {short_repr(s)} goes through the link {short_repr(part)}")
+    return Path(real)
 
 # %% ../nbs/00c_cache.ipynb #2b207ffb
 def _npy_problem(path, arr) -> Optional[str]:
@@ -106,58 +209,108 @@ def _npy_problem(path, arr) -> Optional[str]:
     if arr.dtype.kind in 'fc' and arr.size and not np.isfinite(arr).all(): return 'holds non-finite values'
     return None
 
-def _check_npy(path, mmap):
-    "`(array, None)` or `(None, what is wrong)` for the `.npy` at `path`."
-    import numpy as np
-    sp = _sum_path(path)
+def _read_sum(path, follow: bool) -> Optional[str]:
+    "The checksum in the sidecar of `path` (opened like the entry: never through a link), or None when there is none."
     try:
-        if sp.exists() and file_sha256(path) != sp.read_text().strip(): return None, 'does not match its checksum'
-        arr = np.load(path, mmap_mode='r' if mmap else None, allow_pickle=False)
+        with _open_entry(_sum_path(path), follow) as f: return f.read(256).decode('ascii', 'replace').strip()
+    except FileNotFoundError: return None
+    except CacheEntryError as e: raise CacheEntryError(path, f'has a checksum file that {e.problem}', e.removable) from None
+
+def _check_npy(path, mmap, follow: bool = False):
+    """`(array, None, True)` or `(None, what is wrong, removable)` for the `.npy` at `path`, read with its checksum sidecar
+    through `_open_entry` (no link followed unless `follow`; `removable`: removing the entry touches nothing outside)."""
+    import numpy as np
+    try:
+        with _open_entry(path, follow) as f:
+            want = _read_sum(path, follow)
+            if want is not None:
+                h = hashlib.sha256()
+                for b in iter(lambda: f.read(1 << 20), b''): h.update(b)
+                if h.hexdigest() != want: return None, 'does not match its checksum', True
+                f.seek(0)
+            if not mmap: arr = np.load(f, allow_pickle=False)
+            elif os.path.samestat(os.fstat(f.fileno()), os.stat(path, follow_symlinks=follow)):
+                arr = np.load(path, mmap_mode='r', allow_pickle=False)   # numpy maps by name only: the name is the file just checked
+            else: return None, 'was replaced while it was read', True
+    except CacheEntryError as e: return None, e.problem, e.removable
     except (OSError, ValueError, EOFError) as e:
-        return None, f'cannot be read ({type(e).__name__}: {e})' if str(e) else f'cannot be read ({type(e).__name__})'
+        return None, (f'cannot be read ({type(e).__name__}: {e})' if str(e) else f'cannot be read ({type(e).__name__})'), True
     why = _npy_problem(path, arr)
-    return (None, why) if why else (arr, None)
+    return (None, why, True) if why else (arr, None, True)
+
+def _remove_npy(path):
+    "Remove the entry `path` and its checksum sidecar (links as links)."
+    for q in (path, _sum_path(path)):
+        with contextlib.suppress(OSError): os.unlink(q)
 
 def load_npy_checked(path, mmap: bool = False, what: str = 'cache entry', remove: bool = True):
     """The array at `path`, or None (with a warning naming the file) when it is damaged: checksum mismatch, unreadable
-    or truncated, non-finite floats. A damaged entry is removed (`remove`), so the caller recomputes it."""
+    or truncated, non-finite floats, a link (entry or sidecar: never followed), not a regular file. A damaged entry is
+    removed (`remove`; a link as a link), so the caller recomputes it; one reached through a link out of its stage is left alone."""
     path = Path(path)
-    if not path.exists(): return None
-    arr, why = _check_npy(path, mmap)
+    if not os.path.lexists(path): return None
+    arr, why, removable = _check_npy(path, mmap)
     if why is None: return arr
-    warnings.warn(f"{what} {path} {why}: dropped, will be recomputed")
-    if remove:
-        for q in (path, _sum_path(path)):
-            with contextlib.suppress(OSError): q.unlink()
+    warnings.warn(f"{what} {path} {why}: " + ('dropped, will be recomputed' if removable else 'not read'))
+    if remove and removable: _remove_npy(path)
     return None
 
 def load_npy_verified(path, mmap: bool = False):
-    "The array at `path`, checked like `load_npy_checked`; damage raises `ValueError` naming the file (saved indexes are not recomputed)."
-    arr, why = _check_npy(Path(path), mmap)
+    """The array at `path`, checked like `load_npy_checked`; damage raises `ValueError` naming the file (saved indexes are
+    not recomputed). A saved index is the user's file, not a cache entry: a link to it is followed (a FIFO is still refused)."""
+    arr, why, _ = _check_npy(Path(path), mmap, follow=True)
     if why: raise ValueError(f"{path} {why}")
     return arr
 
 # %% ../nbs/00c_cache.ipynb #22559b2a
 def _json_problem(path) -> Optional[str]:
-    try: d = json.loads(Path(path).read_text(encoding='utf-8'))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: return f'is not valid JSON ({type(e).__name__})'
+    try:
+        with _open_entry(path) as f: d = json.loads(f.read().decode('utf-8'))
+    except CacheEntryError as e: return e.problem
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e: return f'is not valid JSON ({type(e).__name__})'
     return None if isinstance(d, dict) or not Path(path).parent.name == 'papers' else 'is not a JSON object'
 
+def _walk_no_links(d: Path):
+    "`(path, is_link)` for every file under `d` and every link (to a file or a folder), never following a link."
+    for top, dirs, files in os.walk(d, followlinks=False):
+        for name in sorted(dirs):
+            if os.path.islink(os.path.join(top, name)): yield Path(top) / name, True
+        for name in sorted(files): p = Path(top) / name; yield p, p.is_symlink()
+
+def _link_problem(p: Path) -> str:
+    return 'is a symbolic link (not followed)'
+
 def cache_verify(cache_dir=None, fix: bool = False, stages=None) -> dict:
-    "Check every `.npy` (checksum, finiteness) and `.json` entry under the cache root (not the unpacked `sources`); `fix` removes the damaged ones."
+    """Check every `.npy` (checksum, finiteness) and `.json` entry under the cache root (not the unpacked `sources`); `fix`
+    removes the damaged ones. Links are reported and (`fix`) removed as links; nothing outside the root is read or deleted.
+    Anything else that is not a regular file (a FIFO, a socket, a device) is reported, never opened, and (`fix`) removed."""
     root = cache_root(cache_dir)
     rep = {'root': str(root), 'checked': 0, 'bad': [], 'by_stage': {}}
     for stage in (stages or [s for s in CACHE_STAGES if s != 'sources']):   # sources: unpacked papers, not our entries
         d, n = root / stage, 0
+        if d.is_symlink():
+            rep['bad'].append({'path': str(d), 'stage': stage, 'problem': _link_problem(d)}); n += 1
+            if fix: os.unlink(d)
+            rep['by_stage'][stage] = n; rep['checked'] += n
+            continue
         if not d.is_dir(): continue
-        for p in sorted(d.rglob('*')):
-            if not p.is_file() or p.name.startswith('.') or p.suffix not in ('.npy', '.json'): continue
+        for p, link in _walk_no_links(d):
+            if link:
+                n += 1; rep['bad'].append({'path': str(p), 'stage': stage, 'problem': _link_problem(p)})
+                if fix: os.unlink(p)
+                continue
+            try: regular = stat.S_ISREG(os.lstat(p).st_mode)
+            except FileNotFoundError: continue
+            if not regular:                          # a FIFO would block the walk if opened: never opened
+                n += 1; rep['bad'].append({'path': str(p), 'stage': stage, 'problem': 'is not a regular file'})
+                if fix:
+                    with contextlib.suppress(OSError): os.unlink(p)
+                continue
+            if p.name.startswith('.') or p.suffix not in ('.npy', '.json'): continue
             n += 1
             if p.suffix == '.npy':
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter('always')
-                    ok = load_npy_checked(p, mmap=True, remove=fix) is not None
-                why = None if ok else str(caught[0].message).split(f'{p} ', 1)[-1].split(':')[0] if caught else 'unreadable'
+                arr, why, removable = _check_npy(p, True); del arr
+                if why and fix and removable: _remove_npy(p)
             else:
                 why = _json_problem(p)
                 if why and fix:
@@ -171,7 +324,9 @@ def cache_clear(cache_dir=None, kinds=None) -> dict:
     import shutil
     root, out = cache_root(cache_dir), {}
     for k in (kinds or CACHE_STAGES):
-        d = stage_dir(k, cache_dir)                        # refuses unknown stages
+        if k not in CACHE_STAGES: stage_dir(k)              # refuses unknown stages
+        d = root / k
+        if d.is_symlink(): os.unlink(d); out[k] = 0; continue     # a linked stage goes as a link; its target is not touched
         if d.is_dir():
             out[k] = sum(p.stat().st_size for p in d.rglob('*') if p.is_file() and not p.is_symlink())
             shutil.rmtree(d)
@@ -183,7 +338,7 @@ def add_cache_parsers(sub):
     p = sub.add_parser('cache', help='check or clear the docbench cache')
     csub = p.add_subparsers(dest='cache_cmd', required=True)
     v = csub.add_parser('verify', help='check every cache entry (checksums, finite vectors, readable JSON)')
-    v.add_argument('--fix', action='store_true', help='remove damaged entries (they are recomputed on the next run)')
+    v.add_argument('--fix', action='store_true', help='remove damaged entries (they are recomputed on the next run) and links (as links; never what they point to)')
     v.add_argument('--json', action='store_true', help='print the report as JSON')
     c = csub.add_parser('clear', help='remove cache stages')
     c.add_argument('--kinds', nargs='+', choices=CACHE_STAGES, default=None, help='stages to remove (default: all)')

@@ -4,22 +4,47 @@
 
 # %% ../nbs/16_cli.ipynb #6199c561
 from __future__ import annotations
-import argparse, json, sys
+import argparse, json, os, sys
 from pathlib import Path
+from .result import DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K   # one set of defaults: CLI and `db.evaluate`
 
 # %% auto #0
-__all__ = ['GRID_KEYS', 'cmd_parse', 'cmd_retrievers', 'cmd_evaluate', 'read_grid_config', 'cmd_grid', 'cmd_demo', 'cmd_docs',
-           'cmd_stats', 'build_parser', 'main']
+__all__ = ['GRID_KEYS', 'EXAMPLES', 'OUTPUTS', 'unsupported_entries', 'corpus_sources', 'cmd_parse', 'cmd_retrievers',
+           'cmd_evaluate', 'cmd_compare', 'read_grid_config', 'cmd_grid', 'cmd_demo', 'cmd_docs', 'cmd_stats',
+           'HelpFormatter', 'walk_parsers', 'build_parser', 'check_output', 'main']
 
 # %% ../nbs/16_cli.ipynb #ff4edb98
-def cmd_parse(args) -> int:
+def _why_skipped(p: Path) -> str:
+    if p.is_dir(): return 'a folder with no .tex file'
+    if p.suffix.lower() == '.pdf': return 'a PDF, not LaTeX source'
+    return f"not a paper source ({p.suffix or 'no extension'}; expected a paper folder, .tar.gz/.tgz/.tar or .tex[.gz])"
+
+def unsupported_entries(folder, taken) -> list:
+    """`(path, why)` for each entry of the corpus folder `folder` that `iter_sources` did not take as a paper (`taken`):
+    a stray `.pdf`, a README, a folder without `.tex`. Hidden entries and VCS folders are not reported."""
+    from docbench_nb.latex import _SKIP_DIRS
+    p = Path(folder)
+    if not p.is_dir() or [str(p)] == [str(t) for t in taken]: return []
+    got = {Path(t).resolve() for t in taken}
+    return [(str(e), _why_skipped(e)) for e in sorted(p.iterdir())
+            if not e.name.startswith('.') and e.name not in _SKIP_DIRS and e.resolve() not in got]
+
+def corpus_sources(paths, cmd: str, quiet: bool = False) -> list:
+    "The paper sources under `paths` (each a paper or a folder of papers); what a folder holds that is no paper is said on stderr."
     from docbench_nb.latex import iter_sources
+    srcs = []
+    for s in [paths] if isinstance(paths, (str, Path)) else paths:
+        if not Path(s).exists(): raise FileNotFoundError(f"no such source: {s}")
+        got = iter_sources(s); srcs.extend(got)
+        for e, why in unsupported_entries(s, got):
+            print(f"docbench {cmd}: skipped {e}: {why}", file=sys.stderr)
+    return srcs
+
+def cmd_parse(args) -> int:
     from docbench_nb.parse import paper_summary
     from docbench_nb.evaluation import load_papers
-    srcs = []
-    for s in args.src:
-        if not Path(s).exists(): raise FileNotFoundError(f"no such source: {s}")
-        srcs.extend(iter_sources(s))
+    srcs = corpus_sources(args.src, 'parse')
+    if not srcs: raise ValueError(f"no paper source in {' '.join(args.src)}")
     n = n_err = 0
     papers, errors = load_papers(srcs, cache_dir=args.cache_dir, progress=not args.json and not args.quiet, workers=args.workers,
                                  time_limit=args.time_limit)         # all cores, each paper within its limits, cached
@@ -30,8 +55,8 @@ def cmd_parse(args) -> int:
             print(f"{d['id']}: ERROR {d['error']}" if 'error' in d else
                   f"{d['id']}: {d['title'][:70]!r} sections={d['n_sections']} figures={d['n_figures']} "
                   f"tables={d['n_tables']} equations={d['n_equations']} chars={d['n_chars']} warnings={len(d['warnings'])}")
-    if not args.json: print(f"{n} papers, {n_err} errors", file=sys.stderr)
-    return 0
+    if not args.json or n_err: print(f"{n} papers, {n_err} errors" + (' (exit 1: see the ERROR records)' if n_err else ''), file=sys.stderr)
+    return 1 if n_err else 0
 
 # %% ../nbs/16_cli.ipynb #293d5388
 def cmd_retrievers(args) -> int:
@@ -49,8 +74,10 @@ def cmd_evaluate(args) -> int:
     if args.k < 1: raise ValueError(f"--k must be >= 1, got {args.k}")
     for p in (args.corpus, args.queries):
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
+    corpus_sources(args.corpus, 'evaluate')             # says what in the corpus folder is no paper
     kw = dict(representation=args.representation, retriever=args.retriever, chunk_size=args.chunk_size, overlap=args.overlap,
               k=args.k, cache_dir=args.cache_dir, progress=not args.quiet, describer=args.describer,
+              **({'allow_overlap': True} if args.allow_overlap else {}),
               **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}),
               **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
     if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
@@ -67,7 +94,28 @@ def cmd_evaluate(args) -> int:
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
     for w in res.get('warnings', []): print(f'warning: {w}', file=sys.stderr)
     if res['parse_errors']: print(f"{len(res['parse_errors'])} papers could not be parsed (see result JSON)", file=sys.stderr)
-    if args.out: res.save(args.out); print(f'wrote {args.out}')
+    if args.out: print(f'wrote {res.save(args.out)}')
+    return 0
+
+# %% ../nbs/16_cli.ipynb #16bc0eb5
+def cmd_compare(args) -> int:
+    from docbench_nb.result import load_result, compare_report, format_report
+    res = [load_result(p, with_run=False) for p in args.results]
+    names = [n.strip() for n in args.names.split(',')] if args.names else [Path(p).name.removesuffix('.json') for p in args.results]
+    if len(names) != len(res): raise ValueError(f"--names gives {len(names)} names for {len(res)} results")
+    metrics = [m.strip() for m in args.metrics.split(',') if m.strip()] if args.metrics else None
+    for m in metrics or []:
+        for p, r in zip(args.results, res):
+            if m not in r.overall: raise ValueError(f"{p}: no metric {m!r}; it holds {', '.join(k for k in r.overall if k != 'n')}")
+    levels = None if args.levels == 'all' else [int(x) for x in args.levels.split(',')]
+    t = compare_report(res, metrics, baseline=args.baseline, levels=levels, names=names, n_resamples=args.resamples, alpha=args.alpha)
+    print(format_report(t))
+    if args.out:
+        from docbench_nb.cache import atomic_write_json
+        atomic_write_json(args.out, {'columns': ['#'] + list(t.columns), 'rows': [[i] + [None if isinstance(v, float) and v != v else v for v in r]
+                                     for i, r in zip(t.index, t.values.tolist())], 'beats': {f'{k[0]}|{k[1]}': v for k, v in t.attrs['beats'].items()},
+                                     **{k: t.attrs[k] for k in ('metrics', 'levels', 'alpha', 'n_resamples', 'baseline')}}, indent=1)
+        print(f'wrote {args.out}', file=sys.stderr)
     return 0
 
 # %% ../nbs/16_cli.ipynb #f7ce9032
@@ -149,8 +197,9 @@ def cmd_stats(args) -> int:
 # %% ../nbs/16_cli.ipynb #4b9d698b
 def _add_evaluate(sub):
     e = sub.add_parser('evaluate', help='evaluate one representation x retriever configuration')
-    e.add_argument('--corpus', required=True); e.add_argument('--queries', required=True)
-    e.add_argument('--representation', default='text', help='text | text+captions | figures | pages | interleaved | page-latex')
+    e.add_argument('--corpus', required=True, help='a folder of paper sources (paper folders, .tar.gz/.tgz/.tar, .tex[.gz]) or one paper')
+    e.add_argument('--queries', required=True, help='query file: docbench JSONL (levels 0-3) or a BEIR queries/qrels folder')
+    e.add_argument('--representation', default=DEFAULT_REPRESENTATION, help='text | text+captions | figures | pages | interleaved | page-latex')
     e.add_argument('--task', default='paper', choices=['paper', 'page'], help='paper retrieval, or page retrieval (a '
                    "query's gold = the page(s) holding its evidence, found with SyncTeX)")
     e.add_argument('--max-pixels', type=int, default=None, help='image budget for figures/pages/interleaved, image '
@@ -158,23 +207,28 @@ def _add_evaluate(sub):
     e.add_argument('--max-pages', type=int, default=None, help='pages rasterized per paper for pages (default 300; 0: all)')
     e.add_argument('--describer', default=None, help='figure describer for text+captions: default (caption+refs+OCR, '
                    'offline) | source | source+ocr[:rapidocr|tesseract] | chat:MODEL[@BASE_URL] | hf:MODEL_OR_FOLDER')
-    e.add_argument('--retriever', default='dense', help='bm25 | dense[:MODEL] | hybrid[:MODEL] | late[:MODEL][?OPTS] | '
+    e.add_argument('--retriever', default=DEFAULT_RETRIEVER, help='bm25 | dense[:MODEL] | hybrid[:MODEL] | late[:MODEL][?OPTS] | '
                    'clip:MODEL | vlm:MODEL | colpali:MODEL | ocr:ENGINE[?chunk=N]+SPEC; "help" lists every kind and option')
     e.add_argument('--chunk-size', type=int, default=None, help="tokens per text chunk (default: the retriever's encoder "
                    'window, 256 for MiniLM; 512 for BM25)')
-    e.add_argument('--overlap', type=int, default=0)
-    e.add_argument('--k', type=int, default=10); e.add_argument('--out', default=None)
+    e.add_argument('--overlap', type=int, default=0, help='tokens shared by consecutive chunks')
+    e.add_argument('--k', type=int, default=DEFAULT_K, help='papers retrieved per query; the metrics are cut at 1, 5, 10 and k')
+    e.add_argument('--out', default=None, help='result JSON to write (".json" added when missing; the TREC run goes beside it '
+                   'as OUT.run); checked before any work')
     e.add_argument('--engine', default='local', choices=['local', 'ray'], help='ray: parse and embed on Ray '
                    '(a local instance, or the cluster at --ray-address), then score locally on the warm cache')
     e.add_argument('--ray-address', default=None, help="Ray cluster to join, e.g. 'auto' or ray://HEAD:10001")
     e.add_argument('--actors', type=int, default=1, help='embedding actors (each holds one copy of the model)')
     e.add_argument('--workers', type=int, default=None, help='parallel parse processes for the local engine (default: every core)')
+    e.add_argument('--allow-overlap', action='store_true', help='evaluate a model trained by docbench train even on queries '
+                   'it was trained on (refused otherwise); the result records the overlap')
     e.set_defaults(fn=cmd_evaluate)
 
 def _add_grid(sub):
     g = sub.add_parser('grid', help='the experiment grid: representations x retrievers x chunk sizes x pixel budgets')
     g.add_argument('--config', default=None, help='TOML or YAML file with the keys below (flags win)')
-    g.add_argument('--corpus'); g.add_argument('--queries'); g.add_argument('--out', help='output folder')
+    g.add_argument('--corpus', help='a folder of paper sources'); g.add_argument('--queries', help='query file (docbench JSONL or BEIR)')
+    g.add_argument('--out', help='output folder (a rerun reuses the rows it holds)')
     g.add_argument('--representations', help='comma-separated, e.g. text,text+captions,pages')
     g.add_argument('--retrievers', help="comma-separated specs, e.g. bm25,dense,'ocr:tesseract+bm25'")
     g.add_argument('--chunk-sizes', help='comma-separated token counts (default: each retriever\'s own)')
@@ -182,7 +236,8 @@ def _add_grid(sub):
     g.add_argument('--rows', action='append', help="an explicit row 'REP|SPEC|CHUNK[|MAX_PIXELS]' (repeatable; "
                    'added after the product of the lists above)')
     g.add_argument('--baseline', help="row to test against: 'REP|SPEC|CHUNK' (default: the first row)")
-    g.add_argument('--k', type=int, default=None); g.add_argument('--describer', default=None)
+    g.add_argument('--k', type=int, default=None, help=f'papers retrieved per query (default {DEFAULT_K})')
+    g.add_argument('--describer', default=None, help='figure describer for text+captions rows (see evaluate --describer; default: default)')
     g.add_argument('--task', default=None, choices=['paper', 'page'], help='paper (default) or page retrieval')
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')
     g.set_defaults(fn=cmd_grid)
@@ -197,27 +252,124 @@ def _add_others(sub):
     p.set_defaults(fn=cmd_parse)
     sub.add_parser('retrievers', help='list the registered retriever kinds and describers with their options').set_defaults(fn=cmd_retrievers)
     d = sub.add_parser('demo', help='run the evaluation on the embedded demo corpus (offline)')
-    d.add_argument('--retrievers', default='bm25,dense,hybrid')
-    d.add_argument('--representation', default='text')
-    d.add_argument('--chunk-size', type=int, default=256)
+    d.add_argument('--retrievers', default='bm25,dense,hybrid', help='comma-separated retriever specs to evaluate')
+    d.add_argument('--representation', default=DEFAULT_REPRESENTATION, help='document representation (see evaluate)')
+    d.add_argument('--chunk-size', type=int, default=256, help='tokens per text chunk, the same for every retriever')
     d.add_argument('--out', default=None, help='folder for result JSON files')
     d.set_defaults(fn=cmd_demo)
     st = sub.add_parser('stats', help='corpus statistics: tokens, pages, figures, tables per paper')
-    st.add_argument('corpus'); st.add_argument('--pages', default='estimate', choices=['estimate', 'render'])
+    st.add_argument('corpus', help='a folder of paper sources, or one paper')
+    st.add_argument('--pages', default='estimate', choices=['estimate', 'render'], help='page counts estimated from the text, or by rendering each paper')
     st.add_argument('--json', action='store_true', help='one-line JSON')
     st.set_defaults(fn=cmd_stats)
     s = sub.add_parser('docs', help='execute every notebook and build the offline HTML docs site')
-    s.add_argument('--nbs', default='nbs'); s.add_argument('--out', default='_site')
-    s.add_argument('--no-execute', action='store_true')
+    s.add_argument('--nbs', default='nbs', help='folder of the notebooks'); s.add_argument('--out', default='_site', help='site folder to write')
+    s.add_argument('--no-execute', action='store_true', help='render the notebooks with their stored outputs, without running them')
     s.add_argument('--workers', type=int, default=None, help='notebooks executed at once (default: every core)')
     s.set_defaults(fn=cmd_docs)
+    c = sub.add_parser('compare', help='compare saved results: a column per metric and level, significance letters (ranx-style)')
+    c.add_argument('results', nargs='+', help='result JSON files written by evaluate --out, grid or Result.save (two or more)')
+    c.add_argument('--metrics', default=None, help='comma-separated metrics, e.g. ndcg@10,recall@10 (default: every metric all results hold)')
+    c.add_argument('--levels', default='0', help="rephrasing levels pooled, comma-separated, or 'all'")
+    c.add_argument('--baseline', type=int, default=0, help='row (by position) the Δ and p-value columns compare against')
+    c.add_argument('--names', default=None, help='comma-separated row names (default: the file names)')
+    c.add_argument('--alpha', type=float, default=0.05, help='significance level of the superscript letters (Holm-adjusted)')
+    c.add_argument('--resamples', type=int, default=10000, help='randomization-test resamples per pair and metric')
+    c.add_argument('--out', default=None, help='also write the table as JSON here')
+    c.set_defaults(fn=cmd_compare)
+
+# %% ../nbs/16_cli.ipynb #0d7365e0
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    "Help that shows each option's default (`--help` is where a user learns them), unless its help already names it or there is none."
+    def _get_help_string(self, action):
+        h = action.help or ''
+        if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS) or 'default' in h.lower()
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))): return h
+        return h + ' (default: %(default)s)'
+
+EXAMPLES = {
+    'reproduce': ['docbench reproduce results/bm25.json', 'docbench reproduce results/bm25.json --corpus moved/papers --cache-dir /tmp/fresh'],
+    'train': ['docbench train --corpus papers/ --out models/minilm-adapted            # LLM-free in-domain pairs',
+              'docbench train --corpus papers/ --queries train.jsonl --pairs llm-free,queries --rephrase-frac 0.5 --out models/ft',
+              'docbench evaluate --corpus papers/ --queries test.jsonl --retriever dense:models/ft'],
+    'train ablation': ['docbench train ablation --corpus papers/ --queries dev.jsonl --out results/train'],
+    'parse': ['docbench parse papers/ --json > papers.jsonl', 'docbench parse 2401.01234.tar.gz'],
+    'retrievers': ['docbench retrievers'],
+    'evaluate': ['docbench evaluate --corpus papers/ --queries dev.jsonl --out results/bm25.json',
+                 'docbench evaluate --corpus papers/ --queries dev.jsonl --retriever dense --representation text+captions --out results/dense',
+                 'docbench --cache-dir /data/cache evaluate --corpus papers/ --queries dev.jsonl --task page -q'],
+    'grid': ['docbench grid --corpus papers/ --queries dev.jsonl --representations text,pages --retrievers bm25,dense --out grid/',
+             'docbench grid --config grid.toml --out grid/'],
+    'demo': ['docbench demo', 'docbench demo --retrievers bm25 --out demo-results/'],
+    'stats': ['docbench stats papers/ --json'],
+    'docs': ['docbench docs --out _site'],
+    'compare': ['docbench compare results/bm25.json results/dense.json',
+                'docbench compare grid/*.json --metrics ndcg@10,recall@10 --levels all'],
+    'queries': ['docbench queries build --corpus papers/ --llm local --out qset/', 'docbench queries build --help'],
+    'queries build': ['docbench queries build --corpus papers/ --llm local --out qset/',
+                      'docbench queries build --corpus papers/ --llm openai:gpt-4o-mini --types text,table --per-paper 1 --bm25-k 3 --out qset/'],
+    'queries filter': ['docbench queries filter --corpus papers/ --queries q.jsonl --k 5 --out hard.jsonl'],
+    'queries rephrase': ['docbench queries rephrase --queries q.jsonl --llm local --out q-rephrased.jsonl'],
+    'queries check-fn': ['docbench queries check-fn --corpus papers/ --queries q.jsonl --llm local --out q-checked.jsonl'],
+    'queries import-review': ['docbench queries import-review --queries qset/queries.jsonl --decisions decisions.csv --out final.jsonl'],
+    'coverage': ['docbench coverage --corpus papers/ --queries perspectives.jsonl --method naive --k 10,20'],
+    'spin': ['docbench spin train --pir pir.json --task arguana --out spin-model/'],
+    'spin train': ['docbench spin train --pir pir.json --task arguana --out spin-model/'],
+    'spin amer': ['docbench spin amer --pir pir.json --task arguana --out amer-model/'],
+    'spin finetune': ['docbench spin finetune --pir pir.json --task arguana --out ft-model/'],
+    'spin ablation': ['docbench spin ablation --pir pir.json --task arguana --eval-task scifact --out ablation.json'],
+    'pages': ['docbench pages map papers/ --out pages.jsonl'],
+    'pages map': ['docbench pages map papers/ --out pages.jsonl'],
+    'cache': ['docbench cache verify', 'docbench cache clear --kinds embeddings'],
+    'cache verify': ['docbench cache verify --fix'],
+    'cache clear': ['docbench cache clear --kinds embeddings ocr'],
+    'export': ['docbench export papers/ --queries dev.jsonl --out dataset/'],
+    'evaluate-dataset': ['docbench evaluate-dataset dataset/ --retriever bm25 --out ds-bm25.json'],
+}
+
+# --out of each command: 'file' (refused when it exists, unless --force), 'result' (a file, `.json` added), or 'dir'
+OUTPUTS = {'evaluate': 'result', 'evaluate-dataset': 'result', 'compare': 'file', 'coverage': 'file', 'spin ablation': 'file',
+           'pages map': 'file', 'queries filter': 'file', 'queries rephrase': 'file', 'queries check-fn': 'file',
+           'queries import-review': 'file', 'grid': 'dir', 'demo': 'dir', 'docs': 'dir', 'export': 'dir', 'queries build': 'dir',
+           'spin train': 'dir', 'train': 'dir', 'train ablation': 'dir', 'spin amer': 'dir', 'spin finetune': 'dir'}
+
+def _global_options(p, top: bool):
+    "`--cache-dir` and `-q`: on the top parser with their defaults, on every sub-command too (SUPPRESS: given or not, one value)."
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    have = {o for a in p._actions for o in a.option_strings}
+    if '--cache-dir' not in have:
+        p.add_argument('--cache-dir', default=d(None), help='cache folder (default $DOCBENCH_CACHE or ~/.cache/docbench)')
+    if '--quiet' not in have: p.add_argument(*(['-q'] if '-q' not in have else []), '--quiet', action='store_true', default=d(False), help='no progress bars')
+
+def walk_parsers(ap, path=(), help=None):
+    "`(path, parser, help)` of `ap` and of every sub-command under it, e.g. `(('queries', 'build'), parser, 'run the whole ...')`."
+    yield path, ap, help
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            helps = {c.dest: c.help for c in a._choices_actions}
+            for name, sp in a.choices.items(): yield from walk_parsers(sp, path + (name,), helps.get(name))
+
+def _finish(ap):
+    "Every sub-command: the global options, a description, examples, defaults in its help, `--force` where it writes a file."
+    for path, p, h in walk_parsers(ap):
+        p.formatter_class = HelpFormatter
+        if not path: continue
+        key = ' '.join(path)
+        _global_options(p, top=False)
+        p.description = p.description or (h[0].upper() + h[1:] + '.' if h else None)
+        if key in EXAMPLES and not p.epilog: p.epilog = 'examples:\n' + '\n'.join('  ' + x for x in EXAMPLES[key])
+        if key in OUTPUTS:
+            p.set_defaults(_out_kind=OUTPUTS[key])
+            if OUTPUTS[key] != 'dir' and '--force' not in {o for a in p._actions for o in a.option_strings}:
+                p.add_argument('--force', action='store_true', help='replace an existing output file')
 
 def build_parser() -> argparse.ArgumentParser:
-    "The `docbench` argument parser: global options, then one sub-command per job."
-    ap = argparse.ArgumentParser(prog='docbench', description='Retrieval over scientific papers from LaTeX sources.')
-    ap.add_argument('--cache-dir', default=None, help='cache folder (default $DOCBENCH_CACHE or ~/.cache/docbench)')
-    ap.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
-    sub = ap.add_subparsers(dest='cmd', required=True)
+    "The `docbench` argument parser: global options (before or after the sub-command), then one sub-command per job."
+    ap = argparse.ArgumentParser(prog='docbench', description='Retrieval over scientific papers from LaTeX sources.',
+                                 epilog='examples:\n  docbench demo\n  docbench evaluate --corpus papers/ --queries dev.jsonl --out results/bm25.json\n'
+                                        '  docbench compare results/bm25.json results/dense.json\n  docbench COMMAND --help')
+    _global_options(ap, top=True)
+    sub = ap.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     _add_others(sub); _add_evaluate(sub); _add_grid(sub)
     from docbench_nb.qbuild import add_queries_parser      # docbench queries build|filter|rephrase|check-fn|import-review
     add_queries_parser(sub)
@@ -229,14 +381,38 @@ def build_parser() -> argparse.ArgumentParser:
     add_cache_parsers(sub)
     from docbench_nb.export import add_export_parsers      # docbench export; docbench evaluate-dataset
     add_export_parsers(sub)
+    from docbench_nb.reproduce import add_reproduce_parser  # docbench reproduce RESULT.json
+    add_reproduce_parser(sub)
+    from docbench_nb.train import add_train_parser          # docbench train [ablation]
+    add_train_parser(sub)
+    _finish(ap)
     return ap
 
 # %% ../nbs/16_cli.ipynb #d5430b81
+def check_output(path, kind: str = 'file', force: bool = False, what: str = '--out') -> Path:
+    """Refuse, before any work, an output that could not be written: under a parent that is a file or not writable, a
+    folder where a file is wanted (or the reverse), an existing file without `force`. `kind='result'`: a file, `.json` added
+    as `Result.save` does. Creates nothing; returns the path that will be written."""
+    from docbench_nb.result import result_path
+    p = result_path(path) if kind == 'result' else Path(path)
+    if kind != 'dir':
+        if p.is_dir(): raise IsADirectoryError(f"{what} {p} is a folder; give a file name")
+        if p.exists() and not force: raise FileExistsError(f"{what} {p} exists; pass --force to replace it")
+    elif p.exists() and not p.is_dir(): raise NotADirectoryError(f"{what} {p} is a file, not a folder")
+    a = p if kind == 'dir' and p.is_dir() else p.parent
+    while not a.exists() and a != a.parent: a = a.parent
+    if not a.is_dir(): raise NotADirectoryError(f"{what} {p}: {a} is a file, so no folder can be made there")
+    if not os.access(a, os.W_OK | os.X_OK): raise PermissionError(f"{what} {p}: folder {a} is not writable")
+    return p
+
 def main(argv=None) -> int:
     "Entry point of the `docbench` console script."
     args = build_parser().parse_args(argv)
     from docbench_nb.data_io import QueryFileError
-    try: return args.fn(args)
+    try:
+        if getattr(args, '_out_kind', None) and getattr(args, 'out', None):          # outputs are checked before the work
+            check_output(args.out, args._out_kind, force=getattr(args, 'force', False))
+        return args.fn(args)
     except (OSError, ImportError, QueryFileError, ValueError, RuntimeError) as e:     # SpecError is a ValueError     # OSError: missing file, model, OCR binary
         print(f'docbench {args.cmd}: error: {e}', file=sys.stderr)
         return 2

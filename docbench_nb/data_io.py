@@ -4,48 +4,157 @@
 
 # %% ../nbs/07a_data_io.ipynb #0a943277
 from __future__ import annotations
-import contextlib, difflib, json, os, re, tempfile
+import contextlib, difflib, json, math, os, re, stat, tempfile, warnings
 from pathlib import Path
 from .records import Query, Run
 from .metrics import trec_ranking
-from .cache import atomic_open
+from .cache import atomic_open, inside_root, short_repr, OutsideRootError
 
 # %% auto #0
-__all__ = ['DataFileError', 'QueryFileError', 'load_queries', 'load_perspective_queries', 'write_trec_run', 'read_trec_run',
+__all__ = ['READ_LIMITS', 'DataFileError', 'QueryFileError', 'read_limits', 'checked_file', 'dataset_file', 'read_parquet',
+           'relevance', 'load_queries', 'load_perspective_queries', 'write_trec_run', 'read_trec_run',
            'write_trec_qrels', 'read_trec_qrels', 'write_beir', 'read_beir']
 
 # %% ../nbs/07a_data_io.ipynb #a5a0d04e
+_SHOWN = 25     # problems an error message lists (the rest are counted)
+
 class DataFileError(ValueError):
-    "An input file docbench cannot use. `problems` is a list of `(line, message)`; the message lists them with the file name."
-    def __init__(self, path, problems, what='file'):
+    """An input file docbench cannot use. `problems` is a list of `(line, message)` (`unit`: 'line', or 'row' for
+    Parquet); one problem gives a one-line message `FILE, line N: ...`, several are listed under the file name."""
+    def __init__(self, path, problems, what='file', unit='line'):
         self.path, self.problems = str(path), sorted(problems, key=lambda p: p[0] or 0)   # file-level problems first, then by line
-        lines = [f"  {self.path}, line {ln}: {msg}" if ln else f"  {self.path}: {msg}" for ln, msg in self.problems[:25]]
-        if len(self.problems) > 25: lines.append(f"  ... and {len(self.problems) - 25} more")
-        super().__init__(f"{len(self.problems)} problem(s) in {what} {self.path}:\n" + '\n'.join(lines))
+        lines = [f"{self.path}, {unit} {ln}: {msg}" if ln else f"{self.path}: {msg}" for ln, msg in self.problems[:_SHOWN]]
+        if len(self.problems) > _SHOWN: lines.append(f"... and {len(self.problems) - _SHOWN} more")
+        if len(self.problems) == 1: super().__init__(f"{what} {lines[0]}")
+        else: super().__init__(f"{len(self.problems)} problem(s) in {what} {self.path}:\n" + '\n'.join('  ' + l for l in lines))
 
 class QueryFileError(DataFileError):
     "A query file (docbench JSONL, perspectives JSONL or BEIR queries/qrels) with bad lines; names each file and line."
     def __init__(self, path, problems): super().__init__(path, problems, 'query file')
 
-# %% ../nbs/07a_data_io.ipynb #7d6069ff
-def _jsonl(path, problems: list):
-    "Yield `(line_no, obj)` for each non-blank line that parses as a JSON object; record the others in `problems`."
-    with open(path, 'rb') as f:
-        for n, raw in enumerate(f, 1):
-            try: line = raw.decode('utf-8')
-            except UnicodeDecodeError as e: problems.append((n, f"not UTF-8 ({e.reason} at byte {e.start})")); continue
-            if not line.strip(): continue
-            try: obj = json.loads(line)
-            except json.JSONDecodeError as e: problems.append((n, f"bad JSON ({e.msg.removesuffix(' at')}, column {e.colno})")); continue
-            if not isinstance(obj, dict): problems.append((n, f"expected a JSON object, got {type(obj).__name__}")); continue
-            yield n, obj
+# %% ../nbs/07a_data_io.ipynb #914e035d
+READ_LIMITS = {'file_bytes': 16 * 2**30,   # one input file (a BEIR corpus.jsonl of MS MARCO is 3 GB)
+               'line_bytes': 16 * 2**20,   # one JSONL / TSV / CSV line
+               'rows': 20_000_000,         # lines or rows of one file
+               'read_bytes': 4 * 2**30,    # uncompressed bytes of the Parquet columns read from one file
+               'ratio': 100,               # uncompressed / compressed bytes of one Parquet column ...
+               'ratio_floor': 16 * 2**20,  # ... checked once the column declares more than this
+               'cell_bytes': 64 * 2**20}   # one cell (an image, a text)
 
-def _unknown(doc_id, known) -> str:
-    "Problem text for a doc id missing from `known`, with the closest known id as a suggestion."
-    close = difflib.get_close_matches(str(doc_id), list(known), n=1, cutoff=0.6)
-    return f"unknown doc id {doc_id!r}" + (f" (did you mean {close[0]!r}?)" if close else '')
+def read_limits(limits=None) -> dict:
+    "`READ_LIMITS` with `limits` applied: a dict, or `NAME=N` strings (a list, or one comma-separated string)."
+    out = dict(READ_LIMITS)
+    if not limits: return out
+    if isinstance(limits, dict): items = list(limits.items())
+    else:
+        strs = limits.split(',') if isinstance(limits, str) else [x for s in limits for x in str(s).split(',')]
+        items = []
+        for s in strs:
+            k, eq, v = s.partition('=')
+            if not eq: raise ValueError(f"read limit {short_repr(s)}: expected NAME=N (names: {', '.join(READ_LIMITS)})")
+            items.append((k.strip(), v.strip()))
+    for k, v in items:
+        if k not in READ_LIMITS: raise ValueError(f"unknown read limit {short_repr(k)}; known: {', '.join(READ_LIMITS)}")
+        try: n = int(float(v)) if isinstance(v, str) else int(v)
+        except (TypeError, ValueError, OverflowError): raise ValueError(f"read limit {k}={short_repr(v)} is not a number") from None
+        if n <= 0: raise ValueError(f"read limit {k}={n} must be positive")
+        out[k] = n
+    return out
+
+def checked_file(path, limits=None, what='file') -> Path:
+    "`path` if it is a regular file within `limits['file_bytes']`; else `OSError`/`DataFileError` naming it (a FIFO or device is never opened)."
+    lim = limits or READ_LIMITS
+    st = os.stat(path)                                   # FileNotFoundError names the path
+    if not stat.S_ISREG(st.st_mode): raise OSError(f"{what} {path} is not a regular file")
+    if st.st_size > lim['file_bytes']:
+        raise DataFileError(path, [(None, f"{st.st_size:,} bytes, over the read limit file_bytes={lim['file_bytes']:,}")], what)
+    return Path(path)
+
+def dataset_file(root, rel, what='file', limits=None, must_exist=True) -> Path:
+    "The file `rel` of the dataset folder `root`, resolved inside it (`inside_root`) and checked (`checked_file`)."
+    p = inside_root(root, rel, f"{what} {Path(root) / rel}")
+    if not must_exist and not p.exists(): return p
+    checked_file(p, limits, what)
+    return p
+
+# %% ../nbs/07a_data_io.ipynb #dc631076
+def read_parquet(path, columns, limits=None, what='Parquet file'):
+    """The `columns` of the Parquet file `path` that it has (a `pyarrow.Table`), read only after its metadata passed
+    `limits`: rows, uncompressed bytes of those columns (`read_bytes`), each column's compression `ratio`."""
+    import pyarrow as pa, pyarrow.parquet as pq
+    lim = limits or READ_LIMITS
+    fail = lambda msg: DataFileError(path, [(None, msg)], what)
+    try: pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as e: raise fail(f"not a readable Parquet file ({type(e).__name__})") from None
+    md = pf.metadata
+    if md.num_rows > lim['rows']: raise fail(f"{md.num_rows:,} rows, over the read limit rows={lim['rows']:,}")
+    want = [c for c in dict.fromkeys(columns) if c in pf.schema_arrow.names]
+    size = {c: [0, 0] for c in want}
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(rg.num_columns):
+            cc = rg.column(j)
+            for c in want:
+                if cc.path_in_schema == c or cc.path_in_schema.startswith(c + '.'):
+                    size[c][0] += cc.total_uncompressed_size; size[c][1] += cc.total_compressed_size
+    total = sum(u for u, _ in size.values())
+    if total > lim['read_bytes']:
+        raise fail(f"columns {want} declare {total:,} bytes uncompressed, over the read limit read_bytes={lim['read_bytes']:,}")
+    for c, (u, z) in size.items():
+        if u > lim['ratio_floor'] and u > lim['ratio'] * max(z, 1):
+            raise fail(f"column {c!r} declares {u:,} bytes uncompressed in {z:,} (ratio {u // max(z, 1):,}, over the read limit "
+                       f"ratio={lim['ratio']}; a decompression bomb?)")
+    try: t = pf.read(columns=want)
+    except (pa.ArrowException, OSError, ValueError) as e: raise fail(f"cannot be read ({type(e).__name__})") from None
+    if t.nbytes > lim['read_bytes']: raise fail(f"{t.nbytes:,} bytes read, over the read limit read_bytes={lim['read_bytes']:,}")
+    return t
+
+# %% ../nbs/07a_data_io.ipynb #7d6069ff
+def _lines(path, problems: list, limits=None):
+    "Yield `(line_no, text)` of a UTF-8 file, each line within `limits['line_bytes']`, at most `limits['rows']` lines."
+    lim = limits or READ_LIMITS
+    with open(path, 'rb') as f:
+        n = 0
+        while True:
+            raw = f.readline(lim['line_bytes'] + 1)
+            if not raw: break
+            n += 1
+            if n > lim['rows']: problems.append((n, f"more than {lim['rows']:,} lines (read limit rows)")); return
+            if len(raw) > lim['line_bytes'] and not raw.endswith(b'\n'):
+                problems.append((n, f"line longer than {lim['line_bytes']:,} bytes (read limit line_bytes)"))
+                while raw and not raw.endswith(b'\n'): raw = f.readline(1 << 20)
+                continue
+            try: yield n, raw.decode('utf-8')
+            except UnicodeDecodeError as e: problems.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
+
+def _jsonl(path, problems: list, limits=None):
+    "Yield `(line_no, obj)` for each non-blank line that parses as a JSON object; record the others in `problems`."
+    for n, line in _lines(path, problems, limits):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError as e: problems.append((n, f"bad JSON ({e.msg.removesuffix(' at')}, column {e.colno})")); continue
+        except RecursionError: problems.append((n, "bad JSON (nested too deeply)")); continue
+        if not isinstance(obj, dict): problems.append((n, f"expected a JSON object, got {type(obj).__name__}")); continue
+        yield n, obj
+
+def _unknown(doc_id, known, what='doc id', suggest: bool = True) -> str:
+    """Problem text for an id missing from `known`, with the closest known id as a suggestion (small sets only, and only
+    when `suggest`: callers pass whether the problem is among the first `_SHOWN`, the ones an error prints)."""
+    close = difflib.get_close_matches(str(doc_id), list(known), n=1, cutoff=0.6) if suggest and len(known) <= 20_000 else []
+    return f"unknown {what} {short_repr(doc_id)}" + (f" (did you mean {short_repr(close[0])}?)" if close else '')
 
 def _text(v): return isinstance(v, str) and v.strip() != ''
+
+def relevance(v):
+    "The integer grade of a qrels cell (an int, an integral float or their text), or None (`inf`, `nan`, `1.5`, `'high'`, a bool)."
+    if isinstance(v, bool) or v is None: return None
+    if isinstance(v, str):
+        s = v.strip()
+        if re.fullmatch(r'[+-]?\d{1,18}', s): return int(s)
+        try: v = float(s)
+        except ValueError: return None
+    if isinstance(v, float): v = int(v) if math.isfinite(v) and v == int(v) else None
+    return v if isinstance(v, int) and abs(v) < 2**31 else None
 
 # %% ../nbs/07a_data_io.ipynb #943cd69f
 _RESERVED = {'id', 'query', 'text', 'doc_id', 'doc_ids', 'evidence_type', 'rephrasings'}
@@ -71,7 +180,7 @@ def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
     elif not gold: problems.append((n, f"query {qid!r}: empty 'doc_ids'"))
     for g in gold:
         if not _text(g): problems.append((n, f"query {qid!r}: gold doc id {g!r} is not a non-empty string"))
-        elif known is not None and g not in known: problems.append((n, f"query {qid!r}: " + _unknown(g, known)))
+        elif known is not None and g not in known: problems.append((n, f"query {qid!r}: " + _unknown(g, known, suggest=len(problems) < _SHOWN)))
     gold = list(dict.fromkeys(g for g in gold if isinstance(g, str)))
     et = d.get('evidence_type')
     if et is not None and not _text(et): problems.append((n, f"query {qid!r}: 'evidence_type' must be a non-empty string"))
@@ -92,33 +201,40 @@ def _parse_beir_query(n, d, rel, known, levels, problems):
     qid = d.get('_id')
     if isinstance(qid, int) and not isinstance(qid, bool): qid = str(qid)
     if not _text(qid): problems.append((n, "missing or empty '_id'")); return None
-    if not _text(d.get('text')): problems.append((n, f"query {qid!r}: missing or empty 'text'")); return None
+    if not _text(d.get('text')): problems.append((n, f"query {short_repr(qid)}: missing or empty 'text'")); return None
     md = d.get('metadata') or {}
-    if not isinstance(md, dict): problems.append((n, f"query {qid!r}: 'metadata' must be an object")); return None
+    if not isinstance(md, dict): problems.append((n, f"query {short_repr(qid)}: 'metadata' must be an object")); return None
+    lvl, meta = md.get('level', 0), md.get('meta') or {}
+    bad = [f for f, ok in (('level', isinstance(lvl, int) and not isinstance(lvl, bool) and lvl >= 0), ('meta', isinstance(meta, dict)),
+                          ('group_id', md.get('group_id') is None or isinstance(md.get('group_id'), str)),
+                          ('evidence_type', md.get('evidence_type') is None or isinstance(md.get('evidence_type'), str))) if not ok]
+    if bad: problems.append((n, f"query {short_repr(qid)}: metadata field {bad[0]!r} has the wrong type")); return None
     q = Query(qid, d['text'].strip(), [k for k, v in (rel or {}).items() if v >= 1], md.get('evidence_type'),
-              int(md.get('level', 0)), md.get('group_id'), dict(md.get('meta', {})))
+              lvl, md.get('group_id'), dict(meta))
     return q if q.level in levels else None
 
-def _read_qrels_any(path, known=None, problems=None) -> dict:
-    "Judgments from a BEIR qrels TSV (header `query-id corpus-id score`) or a TREC qrels file (`qid 0 docid rel`)."
+def _read_qrels_any(path, known=None, problems=None, queries=None, limits=None) -> dict:
+    """Judgments from a BEIR qrels TSV (header `query-id corpus-id score`; a line with a tab is split on tabs only) or a
+    TREC qrels file (`qid 0 docid rel`). `known`: the corpus ids, `queries`: the query ids (unknown ones are refused)."""
     own = problems is None
     problems = [] if own else problems
     qrels = {}
-    with open(path, encoding='utf-8') as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts: continue
-            if n == 1 and parts[:2] == ['query-id', 'corpus-id']: continue
-            if len(parts) == 3: qid, did, rel = parts
-            elif len(parts) == 4: qid, _, did, rel = parts
-            else: problems.append((n, f"expected 'query-id corpus-id score' or 'qid iter docid rel', got {len(parts)} fields")); continue
-            try: rel = int(rel)
-            except ValueError:
-                try: rel = float(rel); assert rel == int(rel); rel = int(rel)
-                except (ValueError, AssertionError): problems.append((n, f"relevance {rel!r} is not an integer")); continue
-            if known is not None and rel >= 1 and did not in known: problems.append((n, f"query {qid!r}: " + _unknown(did, known))); continue
-            if did in qrels.get(qid, {}): problems.append((n, f"duplicate judgment for query {qid!r}, doc {did!r}")); continue
-            qrels.setdefault(qid, {})[did] = rel
+    for n, line in _lines(path, problems, limits):
+        line = line.rstrip('\r\n')
+        if not line.strip(): continue
+        parts = line.split('\t') if '\t' in line else line.split()
+        if n == 1 and [p.strip() for p in parts[:2]] == ['query-id', 'corpus-id']: continue
+        if len(parts) == 3: qid, did, rel = parts
+        elif len(parts) == 4: qid, _, did, rel = parts
+        else: problems.append((n, f"expected 'query-id corpus-id score' or 'qid iter docid rel', got {len(parts)} fields")); continue
+        if not qid.strip() or not did.strip(): problems.append((n, "empty query or document id")); continue
+        grade = relevance(rel)
+        if grade is None: problems.append((n, f"relevance {short_repr(rel.strip())} is not an integer grade")); continue
+        if queries is not None and qid not in queries:
+            problems.append((n, _unknown(qid, queries, 'query id', len(problems) < _SHOWN) + " (not in the queries file)")); continue
+        if known is not None and did not in known: problems.append((n, f"query {short_repr(qid)}: " + _unknown(did, known, suggest=len(problems) < _SHOWN))); continue
+        if did in qrels.get(qid, {}): problems.append((n, f"duplicate judgment for query {short_repr(qid)}, doc {short_repr(did)}")); continue
+        qrels.setdefault(qid, {})[did] = grade
     if own and problems: raise DataFileError(path, problems, 'qrels file')
     return qrels
 
@@ -126,39 +242,58 @@ def _read_qrels_any(path, known=None, problems=None) -> dict:
 class _AllLevels:
     def __contains__(self, x): return True
 
-def load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, split: str = 'test') -> list[Query]:
-    "Queries from a docbench JSONL file, a BEIR `queries.jsonl` (+ qrels) or a BEIR directory (`levels=None`: all); `QueryFileError` names bad lines."
-    path = Path(path)
+def _load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, split='test', report=None, limits=None):
+    "`(queries, qrels dict or None)`: see `load_queries`."
+    path, lim = Path(path), read_limits(limits)
     known = None if known_doc_ids is None else set(known_doc_ids)
     levels = _AllLevels() if levels is None else set(levels)
     if path.is_dir():
-        qrels = path / 'qrels' / f'{split}.tsv' if qrels is None else qrels
-        path = path / 'queries.jsonl'
+        root = path
+        if qrels is None: qrels = dataset_file(root, f'qrels/{split}.tsv', 'qrels', lim)
+        path = dataset_file(root, 'queries.jsonl', 'queries', lim)
+    else: checked_file(path, lim, 'query file')
     problems, out, first_line = [], [], {}
-    records = list(_jsonl(path, problems))
+    records = list(_jsonl(path, problems, lim))
     beir = bool(records) and '_id' in records[0][1]
+    n_unjudged, no_pos = 0, []
     if beir:
-        if qrels is None and (path.parent / 'qrels' / f'{split}.tsv').is_file(): qrels = path.parent / 'qrels' / f'{split}.tsv'
+        if qrels is None and os.path.lexists(path.parent / 'qrels' / f'{split}.tsv'):
+            qrels = dataset_file(path.parent, f'qrels/{split}.tsv', 'qrels', lim)
         if qrels is not None and not isinstance(qrels, dict):
-            qp = []
-            qrels_d = _read_qrels_any(qrels, known, qp)
+            qp, ids = [], {str(d['_id']) for _, d in records if isinstance(d.get('_id'), (str, int)) and not isinstance(d.get('_id'), bool)}
+            qrels_d = _read_qrels_any(checked_file(qrels, lim, 'qrels file'), known, qp, queries=ids, limits=lim)
             if qp: raise QueryFileError(qrels, qp)
             qrels = qrels_d
         elif isinstance(qrels, dict) and known is not None:
-            bad = [(None, f"qrels for query {q!r}: " + _unknown(d, known)) for q, r in qrels.items() for d, v in r.items() if v >= 1 and d not in known]
-            if bad: raise QueryFileError('<qrels dict>', bad)
+            bad = [(q, d) for q, r in qrels.items() for d in r if d not in known]
+            bad = [(None, f"qrels for query {short_repr(q)}: " + _unknown(d, known, suggest=i < _SHOWN)) for i, (q, d) in enumerate(bad)]
+            if bad: raise QueryFileError(f'{path} (qrels given as a dict)', bad)
     for n, d in records:
         if beir:
-            if qrels is not None and str(d.get('_id')) not in qrels: continue
-            q = _parse_beir_query(n, d, (qrels or {}).get(str(d.get('_id'))), known, levels, problems)
+            qid = str(d.get('_id'))
+            if qrels is not None and qid not in qrels: n_unjudged += 1; continue
+            rel = (qrels or {}).get(qid)
+            if rel is not None and not any(relevance(v) is not None and relevance(v) > 0 for v in rel.values()):
+                no_pos.append(qid); continue                      # judged, but only as non-relevant: skipped and counted
+            q = _parse_beir_query(n, d, rel, known, levels, problems)
             qs = [q] if q else []
         else: qs = _parse_query_record(n, d, known, levels, problems)
         for q in qs:
-            if q.id in first_line: problems.append((n, f"duplicate query id {q.id!r} (first on line {first_line[q.id]})")); continue
+            if q.id in first_line: problems.append((n, f"duplicate query id {short_repr(q.id)} (first on line {first_line[q.id]})")); continue
             first_line[q.id] = n; out.append(q)
     if not problems and not records: problems.append((None, "no queries in file"))
     if problems: raise QueryFileError(path, problems)
-    return out
+    if report is not None: report.update(n_unjudged=n_unjudged, n_no_positive=len(no_pos), no_positive=no_pos[:20])
+    elif no_pos:                                     # nobody asked for the counts: say it, so the skip is never silent
+        warnings.warn(f"{len(no_pos)} queries in {path} judged only non-relevant (score 0) were skipped, e.g. "
+                      + ', '.join(short_repr(q) for q in no_pos[:3]), stacklevel=3)
+    return out, (qrels if isinstance(qrels, dict) else None)
+
+def load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, split: str = 'test', report: dict | None = None,
+                 limits=None) -> list[Query]:
+    """Queries from a docbench JSONL file, a BEIR `queries.jsonl` (+ qrels) or a BEIR directory (`levels=None`: all);
+    `QueryFileError` names bad lines. BEIR queries judged only non-relevant are skipped; `report` (a dict) gets the counts."""
+    return _load_queries(path, known_doc_ids, levels, qrels, split, report, limits)[0]
 
 # %% ../nbs/07a_data_io.ipynb #d7c7da56
 def load_perspective_queries(path, known_doc_ids=None) -> list[dict]:
@@ -181,7 +316,8 @@ def load_perspective_queries(path, known_doc_ids=None) -> list[dict]:
             if not docs: problems.append((n, f"query {qid!r}: perspectives[{i}] has no 'doc_ids'"))
             for g in docs:
                 if not _text(g): problems.append((n, f"query {qid!r}: perspectives[{i}] doc id {g!r} is not a non-empty string"))
-                elif known is not None and g not in known: problems.append((n, f"query {qid!r}: perspectives[{i}]: " + _unknown(g, known)))
+                elif known is not None and g not in known:
+                    problems.append((n, f"query {qid!r}: perspectives[{i}]: " + _unknown(g, known, suggest=len(problems) < _SHOWN)))
             norm.append({'text': (p.get('text') or '').strip(), 'doc_ids': list(dict.fromkeys(docs))})
         if len(problems) > bad: continue
         first_line[qid] = n
@@ -260,16 +396,19 @@ def write_beir(dir, corpus: dict, queries: list[Query], qrels: dict | None = Non
                 f.write(f"{qid}\t{d}\t{int(r)}\n")
     return dir
 
-def read_beir(dir, split: str = 'test') -> tuple[dict, list[Query], dict]:
-    "Read a BEIR folder: `(corpus {doc_id: {title, text, ...}}, queries judged in `split`, qrels)`."
-    dir = Path(dir)
+def read_beir(dir, split: str = 'test', report: dict | None = None, limits=None) -> tuple[dict, list[Query], dict]:
+    """Read a BEIR folder: `(corpus {doc_id: {title, text, ...}}, queries judged in `split`, qrels)`. Every file is
+    resolved inside `dir` and read under `limits`; queries judged only non-relevant are skipped (counted in `report`)."""
+    dir, lim = Path(dir), read_limits(limits)
     problems, corpus = [], {}
-    for n, d in _jsonl(dir / 'corpus.jsonl', problems):
+    cf = dataset_file(dir, 'corpus.jsonl', 'corpus', lim)
+    for n, d in _jsonl(cf, problems, lim):
         did = d.get('_id')
-        if not _text(did) or 'text' not in d: problems.append((n, "corpus record needs '_id' and 'text'")); continue
-        if did in corpus: problems.append((n, f"duplicate doc id {did!r}")); continue
+        if isinstance(did, int) and not isinstance(did, bool): did = str(did)
+        if not _text(did) or not isinstance(d.get('text'), str): problems.append((n, "corpus record needs a string '_id' and 'text'")); continue
+        if not isinstance(d.get('title', ''), (str, type(None))): problems.append((n, f"doc {short_repr(did)}: 'title' must be a string")); continue
+        if did in corpus: problems.append((n, f"duplicate doc id {short_repr(did)}")); continue
         corpus[did] = {k: v for k, v in d.items() if k != '_id'}
-    if problems: raise DataFileError(dir / 'corpus.jsonl', problems, 'corpus file')
-    qrels = _read_qrels_any(dir / 'qrels' / f'{split}.tsv')
-    queries = load_queries(dir / 'queries.jsonl', known_doc_ids=corpus, qrels=qrels, levels=None)
+    if problems: raise DataFileError(cf, problems, 'corpus file')
+    queries, qrels = _load_queries(dir, known_doc_ids=corpus, levels=None, split=split, report=report, limits=lim)
     return corpus, queries, qrels

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_evaluate.ipynb #1dadccf2
 from __future__ import annotations
-import contextlib, hashlib, json, os, time, resource
+import contextlib, hashlib, json, os, time, resource, warnings
 from pathlib import Path
 from .records import Paper, PaperError, Run
 from . import latex, parse
@@ -16,9 +16,11 @@ from .retrievers import make_retriever, default_chunk_size, DEFAULT_MAX_PIXELS
 from .data_io import load_queries
 from .metrics import score_run
 from .result import Result, METRIC_KEYS, result_metrics
+from .provenance import provenance, training_records, training_overlap
 
 # %% auto #0
-__all__ = ['PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'source_key', 'corpus_sources', 'load_papers', 'evaluate', 'format_result']
+__all__ = ['PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'source_key', 'corpus_sources', 'corpus_notes', 'load_papers', 'training_guard',
+           'evaluate', 'format_result']
 
 # %% ../nbs/08_evaluate.ipynb #a625224a
 def _hash_path(path: Path, h) -> None:
@@ -59,58 +61,137 @@ def corpus_sources(corpus, gold_ids=()) -> list:
 # %% ../nbs/08_evaluate.ipynb #c618bc34
 PARSE_TIME_LIMIT, PARSE_MEMORY_MB = 120.0, 4096   # per paper, in its worker
 
-def _parse_one(src_and_cache):
-    "A `Paper` or `PaperError` for one source (what a worker runs); ids and file names made storable."
-    src, cache_dir = src_and_cache
-    pid = _printable(latex.paper_id_from_path(src))
+def _parse_one(job):
+    "A `Paper` or `PaperError` for one `(source, cache_dir[, id])` (what a worker runs); ids and file names made storable."
+    src, cache_dir, *given = job
+    pid = _printable(given[0] if given and given[0] is not None else latex.paper_id_from_path(src))
     try: rec = parse.parse_paper(src, id=pid, cache_dir=cache_dir)
     except parse.PaperParseError as e: rec = PaperError(e.paper, e.reason, e.file)
     except Exception as e: rec = PaperError(pid, f'unexpected {type(e).__name__}: {e}', str(src))
     if isinstance(rec, PaperError) and rec.file: rec.file = _printable(rec.file)
     return rec
 
-def _cached_record(d, time_limit, memory_mb):
-    "The record stored in cache entry `d`, or None when it must be parsed again (absent, or a limit now raised)."
-    if d is None or not ('error' in d or 'paper' in d): return None
-    if 'paper' in d: return Paper.from_dict(d['paper'])
-    hit, lim = d.get('limit'), d.get('limits') or {}
-    if hit == 'time' and (time_limit is None or time_limit > lim.get('time_s', 0)): return None
-    if hit == 'memory' and (memory_mb is None or memory_mb > lim.get('memory_mb', 0)): return None
-    return PaperError.from_dict(d['error'])
+def _bind(rec, d, src, pid=None):
+    """Cached record `rec` (from entry `d`) under the caller's identity: id `pid` (default: from `src`'s name), root
+    `src` itself for a folder (an archive's root is its content-addressed unpacked tree), and the caller's id and
+    path in warnings and errors where the first source's were."""
+    pid, origin = _printable(pid if pid is not None else latex.paper_id_from_path(src)), _printable(str(src))
+    old_id, old_origin = rec.id, (d or {}).get('origin')
+    sub = lambda s: latex.rebind_text(s, old_id, old_origin, pid, origin)
+    rec.id = pid
+    if isinstance(rec, Paper):
+        rec.warnings = [sub(w) for w in rec.warnings]
+        if os.path.isdir(src): rec.root = os.path.realpath(src)
+    else:
+        rec.error = sub(rec.error)
+        if rec.file: rec.file = origin if rec.file == old_origin else sub(rec.file)
+    return rec
 
-def _store(f, rec, failure, time_limit, memory_mb):
+def _cached_record(d, time_limit, memory_mb, src=None, pid=None):
+    """The record stored in cache entry `d` — bound to `src` (and id `pid`) when given — or None when it must be parsed
+    again (absent, or a limit now raised)."""
+    if d is None or not ('error' in d or 'paper' in d): return None
+    if 'paper' in d: rec = Paper.from_dict(d['paper'])
+    else:
+        hit, lim = d.get('limit'), d.get('limits') or {}
+        if hit == 'time' and (time_limit is None or time_limit > lim.get('time_s', 0)): return None
+        if hit == 'memory' and (memory_mb is None or memory_mb > lim.get('memory_mb', 0)): return None
+        rec = PaperError.from_dict(d['error'])
+    return rec if src is None else _bind(rec, d, src, pid)
+
+def _store(f, rec, failure, time_limit, memory_mb, origin=None):
+    "Write `rec` to cache file `f`, with the source it was parsed from (`origin`) so a later load can rebind it."
     d = ({'paper': rec.to_dict()} if isinstance(rec, Paper) else
          {'error': rec.to_dict(), **({'limit': failure.kind, 'limits': {'time_s': time_limit, 'memory_mb': memory_mb}}
                                      if failure is not None and failure.kind in ('time', 'memory') else {})})
+    if origin is not None: d['origin'] = _printable(str(origin))
     try: atomic_write_json(f, d)
     except UnicodeEncodeError: atomic_write_json(f, d, ensure_ascii=True)   # a folder name that is not UTF-8
 
 # %% ../nbs/08_evaluate.ipynb #c618bd35
-def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB):
-    """Parse `srcs` (a list of sources, or one folder of papers) with a per-paper cache, on `workers` processes (default:
-    every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Returns `(papers, errors)` in source order."""
+def _named_sources(srcs):
+    "`(sources, ids)`: a mapping `{id: source}` gives explicit ids; anything else is `corpus_sources` with ids from names."
+    if isinstance(srcs, dict):
+        if not srcs: raise ValueError("no paper sources given")
+        return [str(s) for s in srcs.values()], [str(i) for i in srcs]
     srcs = corpus_sources(srcs)
+    return srcs, [None] * len(srcs)
+
+def _warn_identical(out, keys):
+    "Each paper whose source is byte-identical to another's in the corpus gets a warning naming the others."
+    groups = {}
+    for i, k in enumerate(keys): groups.setdefault(k, []).append(i)
+    for idx in (g for g in groups.values() if len(g) > 1):
+        ids = [out[i].id for i in idx]
+        msg = f"papers {', '.join(ids)} have identical sources; they stay {len(ids)} papers (parsed once)"
+        warnings.warn(msg, stacklevel=3)
+        for i in idx:
+            if not isinstance(out[i], Paper): continue
+            others = [x for x in ids if x != out[i].id]
+            out[i].warnings.append(f'paper {out[i].id}: identical source to ' + ', '.join(others))
+            out[i].meta['identical_sources'] = others
+
+def corpus_notes(papers, errors=()) -> list:
+    "What a reader of the scores must know about the corpus: identical sources, papers parsed with warnings, failures, a tiny corpus."
+    notes = [f"papers {', '.join(g)} have identical sources; each is scored as its own document" for g in
+             sorted({tuple(sorted([p.id, *p.meta['identical_sources']])) for p in papers if p.meta.get('identical_sources')})]
+    warned = [p for p in papers if p.warnings]
+    if warned: notes.append(f"{len(warned)} of {len(papers)} papers parsed with warnings ({sum(len(p.warnings) for p in warned)} "
+                            f"in all; `docbench parse --json` lists them): " + ', '.join(p.id for p in warned[:5]) + (' ...' if len(warned) > 5 else ''))
+    if errors: notes.append(f"{len(errors)} source(s) could not be parsed and are not in the index: " + ', '.join(e.id for e in list(errors)[:5]))
+    if len(papers) < 5: notes.append(f"the corpus has {len(papers)} paper(s): ranking among so few documents says little")
+    return notes
+
+def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB):
+    """Parse `srcs` (a list of sources, one folder of papers, or a mapping `{paper_id: source}`) with a per-paper cache,
+    on `workers` processes (default: every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Ids and
+    roots come from the caller, never from the cache. Returns `(papers, errors)` in source order."""
+    srcs, ids = _named_sources(srcs)
     root = stage_dir('papers', cache_dir)
-    files = [root / f'{source_key(s)}.json' for s in srcs]
-    out = [_cached_record(read_json_entry(f), time_limit, memory_mb) for f in files]
-    todo = [i for i, r in enumerate(out) if r is None]
-    for j, rec in imap_bounded(_parse_one, [(srcs[i], cache_dir) for i in todo], workers=workers, time_limit=time_limit,
+    keys = [source_key(s) for s in srcs]
+    entries = {k: read_json_entry(root / f'{k}.json') for k in dict.fromkeys(keys)}
+    out = [_cached_record(entries[k], time_limit, memory_mb, s, i) for s, k, i in zip(srcs, keys, ids)]
+    first = {}
+    for i, k in enumerate(keys):
+        if out[i] is None: first.setdefault(k, i)           # identical sources are parsed once
+    todo = sorted(first.values())
+    for j, rec in imap_bounded(_parse_one, [(srcs[i], cache_dir, ids[i]) for i in todo], workers=workers, time_limit=time_limit,
                                memory_mb=memory_mb, desc=f'parse ({len(srcs) - len(todo)} cached)', progress=progress):
         i, failure = todo[j], None
         if isinstance(rec, WorkFailure):
-            failure, rec = rec, PaperError(_printable(latex.paper_id_from_path(srcs[i])), f'parse {rec.reason}', _printable(str(srcs[i])))
-        out[i] = rec; _store(files[i], rec, failure, time_limit, memory_mb)
+            failure, rec = rec, PaperError(_printable(ids[i] or latex.paper_id_from_path(srcs[i])), f'parse {rec.reason}', _printable(str(srcs[i])))
+        _store(root / f'{keys[i]}.json', rec, failure, time_limit, memory_mb, origin=srcs[i])
+        d = {'origin': _printable(str(srcs[i]))}
+        for i2 in (x for x, k in enumerate(keys) if k == keys[i] and out[x] is None):
+            out[i2] = rec if i2 == i else _bind(type(rec).from_dict(rec.to_dict()), d, srcs[i2], ids[i2])
         if isinstance(rec, PaperError):                   # a failed archive keeps no expanded tree in the source cache
             with contextlib.suppress(OSError): latex.remove_unpacked(srcs[i], cache_dir)
+    for r, k in zip(out, keys):
+        if isinstance(r, Paper): r.meta['source_key'] = k          # the paper's content identity, for provenance
+    _warn_identical(out, keys)
     return [r for r in out if isinstance(r, Paper)], [r for r in out if isinstance(r, PaperError)]
 
 # %% ../nbs/08_evaluate.ipynb #c3f20f37
 def _peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+def training_guard(ret, qs, allow_overlap=False):
+    "What the retriever's trained models saw of `qs`; `ValueError` when they saw any of it, unless `allow_overlap`."
+    recs = training_records(ret)
+    if not recs: return None
+    ov = training_overlap(recs, qs)
+    hit = sorted(set(ov['by_text']) | set(ov['by_evidence']))
+    if hit and not allow_overlap:
+        raise ValueError(f"{len(hit)} of {len(qs)} queries were trained on by {', '.join(n for n, _ in recs)} (query text: "
+                         f"{len(ov['by_text'])}, evidence: {len(ov['by_evidence'])}; e.g. {', '.join(hit[:3])}); pass "
+                         "allow_overlap=True (--allow-overlap) to evaluate anyway, and the result will say so")
+    return {'models': [{'name': n, 'base_model': r.get('base_model'), 'data_sha256': r.get('data', {}).get('sha256'),
+                        'by_source': r.get('data', {}).get('by_source'), 'adapted_on_papers': len(r.get('data', {}).get('corpus_passages', []))}
+                       for n, r in recs], 'overlap': ov, 'n_overlap': len(hit), 'allow_overlap': bool(allow_overlap)}
+
 def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_size=None, overlap=0, k=10,
              cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, device=None, workers=None,
-             **represent_kw) -> Result:
+             allow_overlap=False, **represent_kw) -> Result:
     """Evaluate one configuration on `corpus` (folder/sources) with the query file `queries`; returns its `Result`.
     `chunk_size=None`: the retriever's encoder window (256 tokens for MiniLM), else 512 (BM25); `config` records which.
     `workers`: parse processes (default every core). Options, retriever spec and queries are checked before parsing."""
@@ -127,15 +208,18 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
                             f"{representation!r} has no figure descriptions")
     # everything that can be checked without parsing is checked first: the retriever spec, the queries' gold ids
     ret = make_retriever(retriever, cache_dir=cache_dir, max_pixels=max_pixels, device=device)
+    srcs = None
     if papers is None:
         gold = {d for q in load_queries(queries, levels=levels) for d in q.doc_ids}
         srcs = corpus_sources(corpus, gold)
         load_queries(queries, known_doc_ids={_printable(latex.paper_id_from_path(s)) for s in srcs}, levels=levels)
         papers, errors = load_papers(srcs, cache_dir=cache_dir, progress=progress, workers=workers)
     else: errors = []
+    pre_warnings += corpus_notes(papers, errors)
     timings['parse_s'] = time.time() - t
     if not papers: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
     qs = load_queries(queries, known_doc_ids={p.id for p in papers}, levels=levels)
+    training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
     if chunk_size is None:
         chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')
     else: chunk_size, chunk_from = int(chunk_size), 'given'
@@ -161,6 +245,9 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     timings['peak_rss_mb'] = _peak_rss_mb()
     spec = retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__)
     extra = {key: v for key, v in represent_kw.items() if key != 'describer'}
+    given_list = srcs is not None and not isinstance(corpus, (str, os.PathLike))
+    prov = provenance(papers, queries, ret, sources=srcs if given_list else None,
+                      context={'levels': list(levels), 'workers': workers, 'device': device, 'cache_dir': str(cache_root(cache_dir))})
     return Result.from_dict({'config': {'corpus': str(corpus), 'queries': str(queries), 'representation': representation,
                        'describer': desc.name if desc is not None else None,
                        'retriever': spec, 'chunk_size': chunk_size, 'chunk_size_from': chunk_from, 'overlap': overlap, 'k': k, **extra},
@@ -168,7 +255,8 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
             'parse_errors': [e.to_dict() for e in errors], 'warnings': warnings,
             **({'render_paths': render_paths} if render_paths else {}),
             **{key: res[key] for key in ('overall', 'by_evidence_type', 'by_level')},
-            'per_query': res['per_query'], 'timings': timings, 'run': run})
+            'per_query': res['per_query'], 'timings': timings, 'provenance': prov, **({'training': training} if training else {}),
+            'run': run})
 
 # %% ../nbs/08_evaluate.ipynb #8023d334
 def format_result(res: Result, metrics=None) -> str:

@@ -4,19 +4,20 @@
 
 # %% ../nbs/08c_export.ipynb #0d4a7361
 from __future__ import annotations
-import io, json, sys, time
+import io, json, os, sys, time
 from pathlib import Path
 from typing import Optional, Sequence
 from .records import Query, Unit
-from .cache import stage_dir, atomic_write, file_sha256
-from .data_io import load_queries, write_beir, read_beir
+from .cache import stage_dir, atomic_write, check_cache_path, file_sha256, inside_root, short_repr, OutsideRootError
+from .data_io import (load_queries, write_beir, read_beir, DataFileError, read_limits, read_parquet, dataset_file,
+                                  checked_file, relevance)
 from .render import render_paper
 from .evaluation import load_papers
 from .pagetask import page_doc_id, page_maps, page_qrels, page_queries
 
 # %% auto #0
-__all__ = ['IMPORT_CONTENT', 'write_config', 'dataset_card', 'page_records', 'export_beir', 'export_benchmark', 'import_beir',
-           'cmd_export', 'cmd_evaluate_dataset', 'add_export_parsers']
+__all__ = ['IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'write_config', 'dataset_card', 'page_records', 'export_beir',
+           'export_benchmark', 'import_beir', 'cmd_export', 'cmd_evaluate_dataset', 'add_export_parsers']
 
 # %% ../nbs/08c_export.ipynb #ef5466d0
 _ARROW = {'string': 'string', 'int64': 'int64', 'float64': 'float64'}
@@ -40,14 +41,16 @@ def write_config(out, config: str, columns: dict, types: dict, split: str = 'tes
     tmp = f.with_suffix('.parquet.tmp'); pq.write_table(table, tmp); tmp.replace(f)
     return f
 
-def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benchmark', about: str = '') -> str:
-    "README.md with the YAML header declaring `configs` ({name: {column: type}}) as `datasets` reads it."
+def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benchmark', about: str = '', files: Optional[dict] = None) -> str:
+    "README.md with the YAML header declaring `configs` ({name: {column: type}}) as `datasets` reads it; `files` ({name: [path]}): the exact shards."
     y = ['---', 'dataset_info:']
     for c, cols in configs.items():
         y += [f'  - config_name: {c}', '    features:']
         for name, t in cols.items(): y += [f'      - name: {name}', f'        dtype: {t}']
     y += ['configs:']
-    for c in configs: y += [f'  - config_name: {c}', '    data_files:', f'      - split: {split}', f'        path: {c}/{split}-*']
+    for c in configs:
+        paths = (files or {}).get(c) or [f'{c}/{split}-*']
+        y += [f'  - config_name: {c}', '    data_files:', f'      - split: {split}', '        path:'] + [f'          - {p}' for p in paths]
     return '\n'.join(y + ['---', '', f'# {title}', '', about, ''])
 
 # %% ../nbs/08c_export.ipynb #74c246a1
@@ -73,10 +76,26 @@ def _image_cell(path):
     if not path: return None
     return {'bytes': Path(path).read_bytes(), 'path': Path(path).name}
 
+def _check_out(out, force: bool):
+    "Refuse to write into a non-empty `out` unless `force`."
+    out = Path(out)
+    if out.exists() and not out.is_dir(): raise FileExistsError(f"export: --out {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"export: --out {out} is not empty; pass --force to write into it (only the shards the new card lists are read back)")
+
+def _check_ids(kind, ids):
+    for i in ids:
+        if not isinstance(i, str) or not i.strip() or any(c in i for c in '\t\n\r'):
+            raise ValueError(f"export: {kind} id {short_repr(i)} cannot be exported (empty, not a string, or holds a tab or line break)")
+
 def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dict, papers=(), paper_qrels: Optional[dict] = None,
-                qrel_methods: Optional[dict] = None, split: str = 'test', jsonl: bool = True) -> dict:
-    """Write the dataset (see the table above) into `out`. `qrels`: page level {qid: {page id: score}};
-    `paper_qrels` (default: each query's `doc_ids`); `qrel_methods` {qid: method}. Returns a summary."""
+                qrel_methods: Optional[dict] = None, split: str = 'test', jsonl: bool = True, force: bool = False) -> dict:
+    """Write the dataset (see the table above) into `out` (refused when it is not empty, unless `force`). `qrels`: page
+    level {qid: {page id: score}}; `paper_qrels` (default: each query's `doc_ids`); `qrel_methods` {qid: method}."""
+    _check_out(out, force)
+    papers = list(papers)
+    _check_ids('query', [q.id for q in queries]); _check_ids('page', [r['corpus-id'] for r in pages])
+    _check_ids('paper', [r['doc-id'] for r in pages] + [p.id for p in papers])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     ids = [r['corpus-id'] for r in pages]
     if len(set(ids)) != len(ids): raise ValueError("export: duplicate page ids in the corpus")
@@ -99,12 +118,11 @@ def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dic
     pr = [(q, d, s) for q, r in paper_qrels.items() for d, s in r.items()]
     write_config(out, 'qrels-paper', {'query-id': [x[0] for x in pr], 'corpus-id': [x[1] for x in pr], 'score': [int(x[2]) for x in pr]},
                  T['qrels-paper'], split)
-    papers = list(papers)
     write_config(out, 'papers', {'corpus-id': [p.id for p in papers], 'title': [p.title for p in papers], 'text': [p.text for p in papers]},
                  T['papers'], split)
     about = (f"Exported by docbench: {len(pages)} pages of {len({r['doc-id'] for r in pages})} papers, {len(queries)} queries, "
              f"{len(qr)} page-level and {len(pr)} paper-level judgments. Page ids are `PAPER#pN` (1-based).")
-    atomic_write(out / 'README.md', dataset_card(T, split, about=about))
+    atomic_write(out / 'README.md', dataset_card(T, split, about=about, files={c: [f'{c}/{split}-00000-of-00001.parquet'] for c in T}))
     if jsonl:
         write_beir(out / 'jsonl' / 'pages', {r['corpus-id']: {'title': '', 'text': r['text'], 'doc-id': r['doc-id'], 'page': r['page']} for r in pages},
                    list(queries), qrels, split)
@@ -114,10 +132,12 @@ def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dic
 
 # %% ../nbs/08c_export.ipynb #f133e99f
 def export_benchmark(corpus, queries, out, cache_dir=None, max_pixels: int = 1_000_000, levels=(0, 1, 2, 3), papers=None,
-                     maps: Optional[dict] = None, timeout: float = 120, with_images: bool = True, progress: bool = False) -> dict:
+                     maps: Optional[dict] = None, timeout: float = 120, with_images: bool = True, progress: bool = False,
+                     force: bool = False) -> dict:
     """Export `corpus` (folder/sources, or parsed `papers`) with the query file `queries` into `out` (see above).
     Queries whose evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
     errors = []
+    _check_out(out, force)                           # before any parsing or rendering
     if papers is None: papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
     if not papers: raise ValueError(f"export: no paper of {corpus!r} could be parsed")
     qs = (load_queries(queries, known_doc_ids={p.id for p in papers}, levels=levels) if isinstance(queries, (str, Path))
@@ -129,77 +149,231 @@ def export_benchmark(corpus, queries, out, cache_dir=None, max_pixels: int = 1_0
     cut = {q: {d: s for d, s in r.items() if d in known} for q, r in pq['qrels'].items()}
     lost = sorted(q for q, r in cut.items() if not r)
     summary = export_beir(out, pages, qs, {q: r for q, r in cut.items() if r}, papers,
-                          qrel_methods={q: v['method'] for q, v in pq['placed'].items()})
+                          qrel_methods={q: v['method'] for q, v in pq['placed'].items()}, force=force)
     summary.update(n_unplaced=len(pq['unplaced']) + len(lost), unplaced={**pq['unplaced'], **{q: 'pages not rendered' for q in lost}},
                    parse_errors=len(errors))
     atomic_write(Path(out) / 'export.json', json.dumps(summary, indent=1))
     return summary
 
 # %% ../nbs/08c_export.ipynb #e7abe331
-def _read_config(d: Path, config: str, split: str) -> Optional[dict]:
-    import pyarrow.parquet as pq, pyarrow as pa
-    files = sorted((d / config).glob(f'{split}-*.parquet')) or sorted((d / config).glob('*.parquet'))
-    if not files: return None
-    return pa.concat_tables([pq.read_table(f) for f in files]).to_pydict()
+IMAGE_EXTS = ('.png', '.jpg', '.jpeg', '.webp', '.gif', '.bmp', '.tif', '.tiff')
 
-def _store_image(cell, cache_dir) -> Optional[str]:
-    if not cell or not cell.get('bytes'): return (cell or {}).get('path') if cell and cell.get('path') and Path(cell['path']).is_file() else None
+def _card_configs(d: Path, lim) -> Optional[dict]:
+    "{config: {split: [path or glob]}} from the YAML header of the dataset card, or None when there is no card listing configs."
+    if not os.path.lexists(d / 'README.md'): return None
+    f = dataset_file(d, 'README.md', 'dataset card', {**lim, 'file_bytes': min(lim['file_bytes'], 2**20)})
+    text = f.read_text(encoding='utf-8', errors='replace')
+    if not text.startswith('---'): return None
+    end = text.find('\n---', 3)
+    import yaml
+    try: y = yaml.safe_load(text[3:end if end > 0 else len(text)])
+    except yaml.YAMLError as e: raise DataFileError(f, [(None, f"the YAML header cannot be read ({type(e).__name__})")], 'dataset card') from None
+    configs = y.get('configs') if isinstance(y, dict) else None
+    if not isinstance(configs, list): return None
+    strs = lambda v: [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+    out = {}
+    for c in configs:
+        if not isinstance(c, dict) or not isinstance(c.get('config_name'), str): continue
+        df, splits = c.get('data_files'), {}
+        if isinstance(df, dict): splits = {str(k): strs(v) for k, v in df.items()}
+        elif isinstance(df, (str, list)):
+            for e in ([df] if isinstance(df, str) else df):
+                if isinstance(e, dict): splits.setdefault(str(e.get('split', 'train')), []).extend(strs(e.get('path')))
+                else: splits.setdefault('train', []).extend(strs(e))
+        out[c['config_name']] = splits
+    return out
+
+def _config_files(d: Path, config: str, split: str, card: Optional[dict], lim) -> list:
+    """The shards of `config`/`split`: those the card lists (globs resolved inside `d`, keeping only `*.parquet` names not
+    starting with `.`: a leftover `….parquet.tmp` is no shard), else `CONFIG/SPLIT-*.parquet`."""
+    if card is not None:
+        files = []
+        for pat in card.get(config, {}).get(split, []):
+            if os.path.isabs(pat) or '..' in Path(pat).parts:
+                raise DataFileError(d / 'README.md', [(None, f"config {config!r}: data file {short_repr(pat)} refused (absolute or '..')")], 'dataset card')
+            if any(ch in pat for ch in '*?['):
+                files += sorted(f for f in d.glob(pat) if f.name.endswith('.parquet') and not f.name.startswith('.'))
+            else: files.append(d / pat)
+    else: files = sorted((d / config).glob(f'{split}-*.parquet')) or sorted((d / config).glob('*.parquet'))
+    return [dataset_file(d, f.relative_to(d), f'{config} shard', lim) for f in dict.fromkeys(files)]
+
+
+# %% ../nbs/08c_export.ipynb #507f2378
+_KIND = {'id': 'string (or integer) ids', 'text': 'strings', 'int': 'integers', 'score': 'integer grades',
+         'image': "the `datasets` image struct {bytes, path} or binary"}
+
+def _type_ok(kind, ty) -> bool:
+    import pyarrow as pa
+    t = pa.types
+    if kind == 'id': return t.is_string(ty) or t.is_large_string(ty) or t.is_integer(ty)
+    if kind == 'text': return t.is_string(ty) or t.is_large_string(ty) or t.is_null(ty)
+    if kind == 'int': return t.is_integer(ty) or t.is_null(ty)
+    if kind == 'score': return t.is_integer(ty) or t.is_floating(ty)
+    if kind == 'image':
+        if t.is_struct(ty): return {ty.field(i).name for i in range(ty.num_fields)} & {'bytes', 'path'} != set()
+        return t.is_binary(ty) or t.is_large_binary(ty) or t.is_null(ty)
+    return False
+
+class _Config:
+    "One config read from its shards under the read limits; `col(name, kind)` checks a column's type and cell sizes."
+    def __init__(self, d: Path, name: str, files: list, columns, lim):
+        self.d, self.name, self.files, self.lim, self.tables, self.starts, self.n = d, name, files, lim, [], [], 0
+        for f in files:
+            t = read_parquet(f, columns, lim, f'{name} shard')
+            self.tables.append((f, t)); self.starts.append(self.n); self.n += t.num_rows
+            if self.n > lim['rows']: raise DataFileError(f, [(None, f"config {name!r}: {self.n:,} rows so far, over the read limit rows={lim['rows']:,}")], 'dataset file')
+        self.columns = set(self.tables[0][1].column_names) if self.tables else set()
+        for f, t in self.tables[1:]:
+            if set(t.column_names) != self.columns: raise DataFileError(f, [(None, f"columns {sorted(t.column_names)} differ from the first shard's {sorted(self.columns)}")], 'dataset file')
+
+    def where(self, i) -> tuple:
+        "(shard, 1-based row) of row `i` of the config."
+        from bisect import bisect_right
+        k = bisect_right(self.starts, i) - 1
+        return self.files[k], i - self.starts[k] + 1
+
+    def col(self, name, kind, required=True) -> Optional[list]:
+        import pyarrow as pa, pyarrow.compute as pc
+        if name not in self.columns:
+            if not required: return None
+            raise DataFileError(self.files[0] if self.files else self.d / self.name, [(None, f"no {name!r} column (has {sorted(self.columns)})")], f'{self.name} config')
+        out = []
+        for f, t in self.tables:
+            a = t.column(name)
+            if not _type_ok(kind, a.type): raise DataFileError(f, [(None, f"field {name!r} has type {a.type}; expected {_KIND[kind]}")], 'dataset file')
+            b = a.combine_chunks()
+            if pa.types.is_struct(b.type): b = b.field('bytes') if b.type.get_field_index('bytes') >= 0 else None
+            if b is not None and (pa.types.is_binary(b.type) or pa.types.is_large_binary(b.type) or pa.types.is_string(b.type) or pa.types.is_large_string(b.type)):
+                lens = pc.binary_length(b)
+                if len(lens) and (pc.max(lens).as_py() or 0) > self.lim['cell_bytes']:
+                    r = next(i for i, v in enumerate(lens.to_pylist()) if (v or 0) > self.lim['cell_bytes'])
+                    raise DataFileError(f, [(r + 1, f"field {name!r}: {lens[r].as_py():,} bytes, over the read limit cell_bytes={self.lim['cell_bytes']:,}")], 'dataset file', 'row')
+            vals = a.to_pylist()
+            out += [None if v is None else str(v) for v in vals] if kind == 'id' else vals
+        return out
+
+class _Problems:
+    "Row problems per shard; `raise_first()` raises a `DataFileError` for the first shard that has any."
+    def __init__(self): self.by_file = {}
+    def add(self, cfg: _Config, i, msg):
+        f, r = cfg.where(i); self.by_file.setdefault(f, []).append((r, msg))
+    def raise_first(self):
+        for f, ps in self.by_file.items(): raise DataFileError(f, ps, 'dataset file', 'row')
+
+
+# %% ../nbs/08c_export.ipynb #7ea50610
+def _store_bytes(b: bytes, name, cache_dir) -> str:
     import hashlib
-    b = cell['bytes']; h = hashlib.sha256(b).hexdigest()
-    ext = Path(cell.get('path') or 'x.png').suffix or '.png'
-    f = stage_dir('renders', cache_dir) / 'imported' / h[:2] / f'{h}{ext}'
-    if not f.is_file(): atomic_write(f, b)
+    h = hashlib.sha256(b).hexdigest()
+    ext = Path(name).suffix.lower() if isinstance(name, str) and Path(name).suffix.lower() in IMAGE_EXTS else '.png'
+    f = check_cache_path(stage_dir('renders', cache_dir) / 'imported' / h[:2] / f'{h}{ext}')   # no linked sub-folder
+    if f.is_symlink() or not f.is_file(): atomic_write(f, b)          # a link in its place is replaced, never followed
     return str(f)
 
-def _text_of(cols: dict, i: int) -> str:
-    for c in ('text', 'markdown', 'text_description'):
-        if c in cols and cols[c][i]: return str(cols[c][i])
-    return ''
+def _image_of(cell, d: Path, cache_dir, lim) -> Optional[str]:
+    "The cache file holding the image of a corpus cell (bytes, or a path inside the dataset folder); `ValueError` says why not."
+    if cell is None: return None
+    if isinstance(cell, (bytes, bytearray)): return _store_bytes(bytes(cell), None, cache_dir) if cell else None
+    b, p = cell.get('bytes'), cell.get('path')
+    if b: return _store_bytes(b, p, cache_dir)
+    if not p: return None
+    f = inside_root(d, p, f"field 'image': path")
+    if not f.is_file(): raise ValueError(f"field 'image': path {short_repr(p)} is not a file in the dataset folder")
+    if f.stat().st_size > lim['cell_bytes']: raise ValueError(f"field 'image': {short_repr(p)} is over the read limit cell_bytes={lim['cell_bytes']:,}")
+    return _store_bytes(f.read_bytes(), p, cache_dir)
 
 # %% ../nbs/08c_export.ipynb #06cb09b7
 IMPORT_CONTENT = ('both', 'text', 'image')
+TEXT_COLUMNS = ('text', 'markdown', 'text_description')
 
-def import_beir(folder, split: str = 'test', cache_dir=None, level: str = 'page', content: str = 'both') -> tuple:
+def _ids(cfg: _Config, name: str, probs: _Problems, unique: bool = False) -> list:
+    vals, seen = cfg.col(name, 'id'), {}
+    for i, v in enumerate(vals):
+        if v is None or not v.strip(): probs.add(cfg, i, f"field {name!r}: empty id")
+        elif unique and v in seen: probs.add(cfg, i, f"field {name!r}: duplicate id {short_repr(v)} (first on row {cfg.where(seen[v])[1]})")
+        else: seen.setdefault(v, i)
+    return vals
+
+def _no_shards(card: dict, config: str, split: str) -> str:
+    "Why the dataset card gives no shard for `config`/`split`."
+    pats = card.get(config, {}).get(split)
+    if not pats: return f"the dataset card lists no shards for {config}/{split}"
+    return f"the dataset card's data files for {config}/{split} ({short_repr(', '.join(pats))}) match no .parquet file"
+
+def import_beir(folder, split: str = 'test', cache_dir=None, level: str = 'page', content: str = 'both', limits=None) -> tuple:
     """`(units, queries, info)` from a BEIR-format dataset folder (see above). `level='paper'` (docbench exports):
     the `qrels-paper` judgments, each page unit filed under its paper (`doc-id`). `content`: what a unit carries —
     `'both'`, `'text'` (pages with text only, no image: the page's text as a text retriever sees it) or `'image'`
-    (the image only: what an image retriever or OCR sees)."""
+    (the image only: what an image retriever or OCR sees). `limits`: read limits over `data_io.READ_LIMITS`."""
     if level not in ('page', 'paper'): raise ValueError(f"import: level must be 'page' or 'paper', got {level!r}")
     if content not in IMPORT_CONTENT: raise ValueError(f"import: content must be one of {IMPORT_CONTENT}, got {content!r}")
+    lim = read_limits(limits)
     qrels_config = 'qrels' if level == 'page' else 'qrels-paper'
     d = Path(folder)
     if not d.is_dir(): raise FileNotFoundError(f"import: no such folder: {d}")
-    corpus = _read_config(d, 'corpus', split)
-    if corpus is None:
-        if not (d / 'corpus.jsonl').is_file(): raise ValueError(f"import: {d} has neither corpus/*.parquet nor corpus.jsonl")
-        docs, queries, _ = read_beir(d, split)
+    card = _card_configs(d, lim)
+    files = {c: _config_files(d, c, split, card, lim) for c in ('corpus', 'queries', qrels_config)}
+    if not files['corpus']:
+        if not os.path.lexists(d / 'corpus.jsonl'):
+            raise ValueError(f"import: {d}: " + (_no_shards(card, 'corpus', split) if card is not None else "has neither corpus/*.parquet nor corpus.jsonl"))
+        rep = {}
+        docs, queries, _ = read_beir(d, split, report=rep, limits=lim)
         units = [Unit(did, did, 'text', ((r.get('title') or '') + '\n' + r['text']).strip(), meta={'source': 'beir-jsonl'}) for did, r in docs.items()]
-        return units, queries, {'format': 'beir-jsonl', 'n_units': len(units), 'n_queries': len(queries)}
+        return units, queries, {'format': 'beir-jsonl', 'n_units': len(units), 'n_queries': len(queries), 'limits': lim,
+                                'n_unjudged_queries': rep.get('n_unjudged', 0), 'n_no_positive': rep.get('n_no_positive', 0)}
     for c in ('queries', qrels_config):
-        if _read_config(d, c, split) is None: raise ValueError(f"import: {d} has no {c}/ config with a {split!r} split")
-    if 'corpus-id' not in corpus: raise ValueError(f"import: {d}/corpus has no 'corpus-id' column (has {sorted(corpus)})")
-    ids = [str(x) for x in corpus['corpus-id']]
-    if len(set(ids)) != len(ids): raise ValueError(f"import: {d}/corpus has duplicate corpus-ids")
-    if level == 'paper' and 'doc-id' not in corpus: raise ValueError(f"import: {d}/corpus has no 'doc-id' column for paper-level judgments")
+        if not files[c]: raise ValueError(f"import: {d}: " + (_no_shards(card, c, split) if card is not None else f"has no {c}/ config with a {split!r} split"))
+    want = ['corpus-id', 'doc-id', 'page', 'render_path', 'method'] + (['image'] if content != 'text' else []) + \
+           (list(TEXT_COLUMNS) if content != 'image' else [])
+    corpus = _Config(d, 'corpus', files['corpus'], want, lim)
+    probs = _Problems()
+    ids = _ids(corpus, 'corpus-id', probs, unique=True)
+    docs = _ids(corpus, 'doc-id', probs) if level == 'paper' else corpus.col('doc-id', 'id', required=False)
+    texts = [corpus.col(c, 'text', required=False) for c in TEXT_COLUMNS] if content != 'image' else []
+    images = corpus.col('image', 'image', required=False) if content != 'text' else None
+    meta_cols = {k: corpus.col(k, kind, required=False) for k, kind in (('page', 'int'), ('render_path', 'text'), ('method', 'text'))}
+    probs.raise_first()
     units = []
     for i, cid in enumerate(ids):
-        img = _store_image(corpus['image'][i], cache_dir) if 'image' in corpus and content != 'text' else None
-        text = _text_of(corpus, i) if content != 'image' else ''
+        try: img = _image_of(images[i], d, cache_dir, lim) if images is not None else None
+        except ValueError as e: probs.add(corpus, i, str(e)); continue
+        text = next((str(t[i]) for t in texts if t is not None and t[i]), '')
         if (content == 'text' and not text.strip()) or (content == 'image' and not img): continue
-        meta = {k: corpus[k][i] for k in ('doc-id', 'page', 'render_path', 'method') if k in corpus}
-        units.append(Unit(cid if level == 'page' else str(corpus['doc-id'][i]), cid, 'page', text, images=[img] if img else [],
+        meta = {k: v[i] for k, v in (('doc-id', docs), *meta_cols.items()) if v is not None}
+        units.append(Unit(cid if level == 'page' else docs[i], cid, 'page', text, images=[img] if img else [],
                           meta={**meta, 'source': 'beir-parquet'}))
-    qd, rd = _read_config(d, 'queries', split), _read_config(d, qrels_config, split)
-    gold = {}
-    for q, c, s in zip(rd['query-id'], rd['corpus-id'], rd['score']):
-        if s is not None and s > 0: gold.setdefault(str(q), []).append(str(c))
+    probs.raise_first()
+    qd = _Config(d, 'queries', files['queries'], ['query-id', 'query', 'level', 'group-id', 'evidence-type'], lim)
+    qids, qtext = _ids(qd, 'query-id', probs, unique=True), qd.col('query', 'text')
+    lvl, grp, ev = qd.col('level', 'int', required=False), qd.col('group-id', 'id', required=False), qd.col('evidence-type', 'text', required=False)
+    for i, t in enumerate(qtext):
+        if not t or not t.strip(): probs.add(qd, i, "field 'query': empty query text")
+        if lvl is not None and lvl[i] is not None and lvl[i] < 0: probs.add(qd, i, f"field 'level': {lvl[i]} is negative")
+    probs.raise_first()
+    rd = _Config(d, qrels_config, files[qrels_config], ['query-id', 'corpus-id', 'score'], lim)
+    rq, rc, rs = _ids(rd, 'query-id', probs), _ids(rd, 'corpus-id', probs), rd.col('score', 'score')
+    known_docs, known_q = set(ids) if level == 'page' else {x for x in docs if x}, set(qids)
+    judged, gold = {}, {}
+    for i, (q, c, s) in enumerate(zip(rq, rc, rs)):
+        if not q or not c: continue
+        g = relevance(s)
+        if g is None: probs.add(rd, i, f"field 'score': {short_repr(s)} is not an integer grade"); continue
+        if q not in known_q: probs.add(rd, i, f"field 'query-id': unknown query id {short_repr(q)} (not in the queries config)"); continue
+        if c not in known_docs: probs.add(rd, i, f"field 'corpus-id': unknown corpus id {short_repr(c)}"); continue
+        if c in judged.setdefault(q, {}): probs.add(rd, i, f"duplicate judgment for query {short_repr(q)}, doc {short_repr(c)}"); continue
+        judged[q][c] = g
+        if g > 0: gold.setdefault(q, []).append(c)
+    probs.raise_first()
     queries = []
-    for i, qid in enumerate(map(str, qd['query-id'])):
+    for i, qid in enumerate(qids):
         if qid not in gold: continue
-        col = lambda k, default=None: qd[k][i] if k in qd and qd[k][i] is not None else default
-        queries.append(Query(qid, str(qd['query'][i]), gold[qid], col('evidence-type'), int(col('level', 0)), col('group-id', qid)))
-    return units, queries, {'format': 'beir-parquet', 'level': level, 'content': content, 'n_corpus': len(ids), 'n_units': len(units), 'n_images': sum(bool(u.images) for u in units),
-                            'n_queries': len(queries), 'n_unjudged_queries': len(qd['query-id']) - len(queries)}
+        at = lambda col, default=None: col[i] if col is not None and col[i] is not None else default
+        queries.append(Query(qid, qtext[i], gold[qid], at(ev), int(at(lvl, 0)), at(grp, qid)))
+    no_pos = sum(1 for q in judged if q not in gold)
+    return units, queries, {'format': 'beir-parquet', 'level': level, 'content': content, 'n_corpus': len(ids), 'n_units': len(units),
+                            'n_images': sum(bool(u.images) for u in units), 'n_queries': len(queries),
+                            'n_unjudged_queries': len(qids) - len(queries) - no_pos, 'n_no_positive': no_pos, 'limits': lim,
+                            'files': {c: [str(f.relative_to(os.path.realpath(d))) for f in fs] for c, fs in files.items()}}
 
 # %% ../nbs/08c_export.ipynb #2a159aa7
 def cmd_export(args) -> int:
@@ -207,8 +381,9 @@ def cmd_export(args) -> int:
     if args.format != 'beir': raise ValueError(f"export: unknown --format {args.format!r} (only 'beir')")
     for p in (args.src, args.queries):
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
+    _check_out(args.out, args.force)
     s = export_benchmark(args.src, args.queries, args.out, cache_dir=args.cache_dir, max_pixels=args.max_pixels,
-                         with_images=not args.no_images, progress=not args.quiet)
+                         with_images=not args.no_images, progress=not args.quiet, force=args.force)
     print(json.dumps({k: v for k, v in s.items() if k != 'unplaced'}))
     if s['n_unplaced']: print(f"{s['n_unplaced']} queries have no page-level qrels (paper level only): "
                               + ', '.join(sorted(s['unplaced'])[:10]), file=sys.stderr)
@@ -218,9 +393,11 @@ def cmd_evaluate_dataset(args) -> int:
     "`docbench evaluate-dataset`: import a BEIR-format folder and evaluate one retriever on it."
     from docbench_nb.pagetask import evaluate_units
     from docbench_nb.evaluation import format_result
-    units, qs, info = import_beir(args.dataset, cache_dir=args.cache_dir, level=args.level, content=args.content)
+    units, qs, info = import_beir(args.dataset, cache_dir=args.cache_dir, level=args.level, content=args.content, limits=args.read_limit)
+    if info.get('n_no_positive'): print(f"{info['n_no_positive']} queries judged only non-relevant (score 0) were skipped", file=sys.stderr)
     res = evaluate_units(units, qs, args.retriever, k=args.k, cache_dir=args.cache_dir, max_pixels=args.max_pixels,
-                         progress=not args.quiet, config={'task': args.level, 'corpus': str(args.dataset), 'representation': 'imported', 'chunk_size': None})
+                         progress=not args.quiet, config={'task': args.level, 'corpus': str(args.dataset), 'representation': 'imported', 'chunk_size': None,
+                                 'read_limits': info['limits'], 'n_no_positive': info.get('n_no_positive', 0)})
     print(format_result(res))
     if args.out: res.save(args.out); print(f'wrote {args.out}')
     return 0
@@ -228,14 +405,23 @@ def cmd_evaluate_dataset(args) -> int:
 def add_export_parsers(sub):
     "Add `export` and `evaluate-dataset` to the argparse subparsers `sub`."
     e = sub.add_parser('export', help='export a benchmark (pages, images, queries, paper and page qrels) as a BEIR/ViDoRe-style dataset')
-    e.add_argument('src', help='a folder of paper sources'); e.add_argument('--queries', required=True); e.add_argument('--out', required=True)
+    e.add_argument('src', help='a folder of paper sources')
+    e.add_argument('--queries', required=True, help='the query file (docbench JSONL) whose gold papers are in SRC')
+    e.add_argument('--out', required=True, help='output folder; must be empty or absent unless --force')
+    e.add_argument('--force', action='store_true', help='write into a non-empty --out (the new dataset card lists only the shards written now)')
     e.add_argument('--format', default='beir', help='beir (Parquet configs corpus/queries/qrels + JSONL)')
     e.add_argument('--max-pixels', type=int, default=1_000_000, help='pixel budget of the page images')
     e.add_argument('--no-images', action='store_true', help='no page images (text only)')
     e.set_defaults(fn=cmd_export)
     v = sub.add_parser('evaluate-dataset', help='evaluate a retriever on a BEIR-format dataset folder (e.g. an export, or ViDoRe saved locally)')
-    v.add_argument('dataset'); v.add_argument('--retriever', default='bm25'); v.add_argument('--level', default='page', choices=['page', 'paper'])
+    v.add_argument('dataset', help='a BEIR-format folder: Parquet configs corpus/queries/qrels (ViDoRe layout) or corpus.jsonl/queries.jsonl/qrels/')
+    v.add_argument('--retriever', default='bm25', help='retriever spec, as for evaluate (e.g. bm25, dense, ocr:tesseract+bm25)')
+    v.add_argument('--level', default='page', choices=['page', 'paper'], help='page: the page qrels; paper: qrels-paper, pages filed under their papers')
     v.add_argument('--content', default='both', choices=list(IMPORT_CONTENT), help='what a page unit carries: both, text (text retrievers), image (OCR, image retrievers)')
-    v.add_argument('--k', type=int, default=10); v.add_argument('--max-pixels', type=int, default=None); v.add_argument('--out', default=None)
+    v.add_argument('--k', type=int, default=10, help='cut-off of the metrics (default 10)')
+    v.add_argument('--max-pixels', type=int, default=None, help='image budget of image encoders (default: the encoder\'s)')
+    v.add_argument('--out', default=None, help='write the result JSON here')
+    v.add_argument('--read-limit', action='append', default=None, metavar='NAME=N',
+                   help='raise or lower a read limit of the untrusted-input policy (repeatable): ' + ', '.join(f'{k} (default {v:,})' for k, v in read_limits().items()))
     v.set_defaults(fn=cmd_evaluate_dataset)
     return e, v

@@ -20,7 +20,8 @@ from .vision import unit_key, ColPaliEncoder, resolve_device
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LATE_OPTIONS', 'maxsim', 'pool_tokens', 'HFTokenEncoder', 'TokenCache', 'embed_tokens_cached', 'LateInteractionIndex',
+__all__ = ['LATE_OPTIONS', 'maxsim', 'pool_tokens', 'colbert_features', 'refuse_colbert_checkpoint', 'HFTokenEncoder',
+           'ColBERTEncoder', 'token_encoder', 'TokenCache', 'embed_tokens_cached', 'LateInteractionIndex',
            'LateRetriever']
 
 # %% ../nbs/06a_late.ipynb #f4c6dd56
@@ -63,6 +64,31 @@ def _is_punct_token(tok: str) -> bool:
     return bool(t) and all(c in string.punctuation or unicodedata.category(c)[0] in 'PS' for c in t)
 
 # %% ../nbs/06a_late.ipynb #7fb1533f
+def _json_file(p):
+    try: return json.loads(Path(p).read_text())
+    except (OSError, ValueError): return None
+
+def colbert_features(folder) -> list:
+    "What makes `folder` a ColBERT/PyLate checkpoint rather than a plain encoder: projection layers, markers, query expansion."
+    folder = Path(folder); found = []
+    for m in (_json_file(folder/'modules.json') or []):
+        if str(m.get('type', '')).rsplit('.', 1)[-1] == 'Dense':
+            dc = _json_file(folder/m.get('path', '')/'config.json') or {}
+            found.append(f"projection layer {m.get('path')} ({dc.get('in_features', '?')} -> {dc.get('out_features', '?')})")
+    st = _json_file(folder/'config_sentence_transformers.json') or {}
+    for k in ('query_prefix', 'document_prefix'):
+        if st.get(k): found.append(f"{k} {st[k]!r}")
+    if st.get('query_length') or st.get('do_query_expansion'):
+        found.append(f"query_length {st.get('query_length')} (expansion {st.get('do_query_expansion')})")
+    return found
+
+def refuse_colbert_checkpoint(folder):
+    "Raise `ValueError` naming what `HFTokenEncoder` would ignore in a ColBERT/PyLate checkpoint (never approximated)."
+    found = colbert_features(folder)
+    if found: raise ValueError(f"{folder} is a ColBERT/PyLate checkpoint ({'; '.join(found)}); the late encoder reads raw hidden "
+                               "states and would ignore these, so it refuses rather than approximate. Encode with pylate and "
+                               "pass the model to LateRetriever as an encoder object (encode_units / encode_queries).")
+
 class HFTokenEncoder:
     "Per-token L2-normalised vectors from a `transformers` encoder's last hidden states (default: the bundled MiniLM)."
     def __init__(self, model: Optional[str] = None, dim: Optional[int] = None, pool_factor: int = 1,
@@ -76,6 +102,7 @@ class HFTokenEncoder:
         if int(pool_factor) < 1: raise ValueError(f"pool_factor must be >= 1, got {pool_factor}")
         self.model_id = model or default_text_model_path()
         self.folder = resolve_model_folder(self.model_id)
+        refuse_colbert_checkpoint(self.folder)
         cfg = read_st_config(self.folder)
         tf_folder = self.folder/cfg['transformer_path'] if cfg['transformer_path'] else self.folder
         self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -112,6 +139,137 @@ class HFTokenEncoder:
         for i in range(len(full) - len(bare) + 1):
             if full[i:i + len(bare)] == bare: return list(full[:i]), list(full[i + len(bare):])
         raise ValueError(f"{self.model_id}: cannot locate the content between the tokenizer's special tokens")
+
+# %% ../nbs/06a_late.ipynb #aca11eee
+class ColBERTEncoder:
+    "A ColBERT/PyLate checkpoint encoded as PyLate does: markers, query expansion, trained projection, per-token L2, skiplist."
+    modality = 'text'
+    def __init__(self, model: str, device: Optional[str] = None, dtype=None, batch_size: int = 32):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        self.model_id, self.folder = model, resolve_model_folder(model)
+        st, sb = _json_file(self.folder/'config_sentence_transformers.json') or {}, _json_file(self.folder/'sentence_bert_config.json') or {}
+        modules = sorted(_json_file(self.folder/'modules.json') or [], key=lambda m: m.get('idx', 0))
+        kinds = [str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]
+        if not modules or kinds[0] != 'Transformer' or any(k != 'Dense' for k in kinds[1:]):
+            raise ValueError(f"{self.folder}: modules {kinds} are not a PyLate ColBERT (Transformer then Dense layers); refused")
+        tf = self.folder/modules[0].get('path', '')
+        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tf))
+        self.model = AutoModel.from_pretrained(str(tf), dtype=resolve_dtype(dtype) or torch.float32).to(self.device).eval()
+        self.dense = [_load_colbert_dense(self.folder/m['path'], self.device) for m in modules[1:]]
+        self.lower = bool(sb.get('do_lower_case', False))
+        self.query_length, self.max_length = int(st.get('query_length') or 32), int(st.get('document_length') or 180)
+        self.expand = bool(st.get('do_query_expansion', True))
+        self.attend_expansion = bool(st.get('attend_to_expansion_tokens', False)) and self.expand
+        self.prefix_ids = {side: self._prefix_id(st.get(key, default)) for side, key, default in
+                           (('queries', 'query_prefix', '[Q] '), ('units', 'document_prefix', '[D] '))}
+        words = st.get('skiplist_words', list(string.punctuation))
+        self.skiplist = {self.tokenizer.convert_tokens_to_ids(w) for w in words}
+        self.mask_id = self.tokenizer.mask_token_id
+        if self.expand and self.mask_id is None: raise ValueError(f"{self.folder}: query expansion needs a [MASK] token; the tokenizer has none")
+        self.dim = int(self.dense[-1].weight.shape[0]) if self.dense else int(self.model.config.hidden_size)
+        self.batch_size, self._fingerprint = batch_size, None
+        self.name = model_slug(str(model).rstrip('/').split('/')[-1]) + '-colbert'
+
+    def _prefix_id(self, prefix):
+        if not prefix: return None
+        i = self.tokenizer.convert_tokens_to_ids(prefix)
+        if i is None or i == self.tokenizer.unk_token_id:
+            raise ValueError(f"{self.folder}: marker {prefix!r} is not a token of the saved tokenizer (not a PyLate-saved checkpoint?)")
+        return int(i)
+
+# %% ../nbs/06a_late.ipynb #7f1d65b5
+class _Dense:
+    "A PyLate `Dense` layer: `activation(x W^T + b)`, plus an optional residual; only the identity activation is supported."
+    def __init__(self, weight, bias, residual): self.weight, self.bias, self.residual = weight, bias, residual
+    def __call__(self, x):
+        y = x @ self.weight.T + (self.bias if self.bias is not None else 0)
+        if self.residual is not None: y = y + (x @ self.residual.T if self.residual is not True else x)
+        return y
+
+def _load_colbert_dense(folder, device):
+    "Read a `Dense` module folder (config.json + safetensors or bin); refuse what `_Dense` would not compute faithfully."
+    import torch
+    cfg = _json_file(folder/'config.json') or {}
+    act = str(cfg.get('activation_function', 'torch.nn.modules.linear.Identity'))
+    if act.rsplit('.', 1)[-1] != 'Identity': raise ValueError(f"{folder}: activation {act} is not supported (identity only); refused")
+    if (folder/'model.safetensors').is_file():
+        from safetensors.torch import load_file
+        sd = load_file(str(folder/'model.safetensors'))
+    elif (folder/'pytorch_model.bin').is_file(): sd = torch.load(folder/'pytorch_model.bin', map_location='cpu', weights_only=True)
+    else: raise ValueError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    w = sd.get('linear.weight')
+    if w is None: raise ValueError(f"{folder}: no 'linear.weight' in the Dense weights (keys {sorted(sd)[:5]})")
+    res = None
+    if cfg.get('use_residual'):
+        res = sd.get('residual.weight', True) if cfg.get('in_features') != cfg.get('out_features') else True
+    t = lambda a: a.float().to(device) if hasattr(a, 'to') else a
+    return _Dense(t(w), t(sd['linear.bias']) if 'linear.bias' in sd else None, t(res))
+
+# %% ../nbs/06a_late.ipynb #f2114d79
+@patch(as_prop=True)
+def fingerprint(self: ColBERTEncoder) -> str:
+    "Content hash of the checkpoint folder (weights, projection, markers, lengths): the token cache's key."
+    if self._fingerprint is None: self._fingerprint = f"{self.name}-{folder_digest(self.folder)[:20]}"
+    return self._fingerprint
+
+@patch
+def _batch(self: ColBERTEncoder, texts, side):
+    "PyLate's `tokenize`: strip (and lower-case), truncate to length - 1, pad queries with [MASK], insert the marker after [CLS]."
+    import torch
+    query = side == 'queries'
+    pid, length = self.prefix_ids[side], (self.query_length if query else self.max_length)
+    texts = [t.strip().lower() if self.lower else t.strip() for t in texts]
+    pad_id = self.tokenizer.pad_token_id
+    if query and self.expand: self.tokenizer.pad_token_id = self.mask_id
+    try:
+        enc = self.tokenizer(texts, padding='max_length' if query and self.expand else True, truncation='longest_first',
+                             max_length=length - 1 if pid is not None else length, return_tensors='pt')
+    finally: self.tokenizer.pad_token_id = pad_id
+    if pid is not None:
+        ins = lambda x, v: torch.cat([x[:, :1], torch.full((x.shape[0], 1), v, dtype=x.dtype), x[:, 1:]], dim=1)
+        enc['input_ids'], enc['attention_mask'] = ins(enc['input_ids'], pid), ins(enc['attention_mask'], 1)
+        if 'token_type_ids' in enc: enc['token_type_ids'] = ins(enc['token_type_ids'], 0)
+    if query and self.attend_expansion: enc['attention_mask'].fill_(1)
+    return enc
+
+@patch
+def _encode(self: ColBERTEncoder, texts, side, batch_size=None, progress=False):
+    import torch
+    texts = check_texts(texts, f"{self.name} {side}")
+    out, bs = [], batch_size or self.batch_size
+    for s in tqdm(range(0, len(texts), bs), desc=f'{self.name} {side}', disable=not progress):
+        enc = {k: v.to(self.device) for k, v in self._batch(texts[s:s + bs], side).items()}
+        with torch.no_grad():
+            h = self.model(**enc).last_hidden_state.float()
+            for d in self.dense: h = d(h)
+        ids, att = enc['input_ids'], enc['attention_mask'].bool()
+        if side == 'units': keep = att & ~torch.isin(ids, torch.tensor(sorted(self.skiplist), device=ids.device))
+        else: keep = torch.ones_like(att) if self.expand else att
+        for i in range(len(ids)):
+            x = torch.nn.functional.normalize(h[i][keep[i]], p=2, dim=1)
+            out.append(np.ascontiguousarray(x.cpu().numpy(), dtype=np.float32))
+    return out
+
+@patch
+def encode_queries(self: ColBERTEncoder, texts: Sequence[str], batch_size: int = None, progress: bool = False) -> list:
+    "One `(query_length, dim)` matrix per query ([MASK]-expanded), as PyLate's `encode(is_query=True)`."
+    return self._encode(texts, 'queries', batch_size, progress)
+
+@patch
+def encode_units(self: ColBERTEncoder, texts: Sequence[str], batch_size: int = None, progress: bool = False) -> list:
+    "One `(n_tokens, dim)` matrix per unit (truncated at `document_length`, skiplist dropped), as PyLate's `encode(is_query=False)`."
+    return self._encode(texts, 'units', batch_size, progress)
+
+def token_encoder(model=None, **kw):
+    "The late encoder for `model`: `ColBERTEncoder` for a ColBERT/PyLate checkpoint, else `HFTokenEncoder` (raw hidden states)."
+    if model is not None and colbert_features(resolve_model_folder(model)):
+        unsupported = {k: v for k, v in kw.items() if k not in ('device', 'dtype') and v is not None}
+        if unsupported: raise ValueError(f"{model}: options {sorted(unsupported)} do not apply to a ColBERT checkpoint (its projection "
+                                         "and lengths are trained); refused rather than approximated")
+        return ColBERTEncoder(model, **{k: v for k, v in kw.items() if k in ('device', 'dtype')})
+    return HFTokenEncoder(model, **kw)
 
 # %% ../nbs/06a_late.ipynb #e46bec85
 @patch
@@ -475,7 +633,7 @@ def load(cls: LateInteractionIndex, folder, mmap: bool = False) -> 'LateInteract
 class LateRetriever(RetrieverBase):
     "Late-interaction retrieval: token matrices (cached) + exact MaxSim `LateInteractionIndex`; name 'late' for the default model."
     def __init__(self, encoder=None, cache=None, dtype: str = 'float32', batch_size: int = 32):
-        self.encoder = HFTokenEncoder() if encoder is None else (HFTokenEncoder(encoder) if isinstance(encoder, str) else encoder)
+        self.encoder = HFTokenEncoder() if encoder is None else (token_encoder(encoder) if isinstance(encoder, str) else encoder)
         for m in ('encode_queries', 'encode_units'):
             if not callable(getattr(self.encoder, m, None)): raise TypeError(f"LateRetriever: encoder {type(self.encoder).__name__} has no {m}()")
         self.cache = TokenCache() if cache is None else cache          # False: no caching
@@ -569,7 +727,7 @@ def _late(spec, opts, *, cache_dir=None, device=None, **ctx):
     "'late' → MiniLM token vectors; 'late:<hub id or folder>' → that model; 'late?dtype=float16&pool=2&dim=128'."
     enc_kw = {k2: opts[k] for k, k2 in (('pool', 'pool_factor'), ('pool_method', 'pool_method'), ('dim', 'dim'))
               if opts[k] is not None and opts[k] != LATE_OPTIONS[k].default}
-    encoder = HFTokenEncoder(spec.model, device=device, **enc_kw) if (enc_kw or device) else spec.model
+    encoder = token_encoder(spec.model, device=device, **enc_kw) if (enc_kw or device) else spec.model
     return LateRetriever(encoder, cache=_token_cache(cache_dir), dtype=opts['dtype'])
 
 @register_retriever('colpali', model='required', options={'dtype': LATE_OPTIONS['dtype']},

@@ -14,8 +14,8 @@ from .cache import cache_root, file_sha256, atomic_write_json
 
 # %% auto #0
 __all__ = ['MAX_UNPACKED_BYTES', 'MAX_MEMBERS', 'TEX_EXTS', 'LatexSourceError', 'read_text', 'strip_comments', 'resolve_name',
-           'safe_resolve', 'SourceTree', 'paper_id_from_path', 'load_source', 'remove_unpacked', 'find_main_file',
-           'Flattened', 'flatten_latex', 'iter_sources']
+           'safe_resolve', 'SourceTree', 'paper_id_from_path', 'rebind_text', 'load_source', 'remove_unpacked',
+           'find_main_file', 'Flattened', 'flatten_latex', 'iter_sources']
 
 # %% ../nbs/01_latex.ipynb #ec2f7723
 class LatexSourceError(Exception):
@@ -270,6 +270,14 @@ def paper_id_from_path(path) -> str:
         if low.endswith(suf) and len(name) > len(suf): return name[:-len(suf)]
     return name
 
+def rebind_text(s: str, old_id, old_origin, new_id, new_origin) -> str:
+    """Message `s`, written for paper `old_id` at path `old_origin`, as it reads for `new_id` at `new_origin`: a
+    content-keyed cache shares parsed content between identical sources, never their identity."""
+    if old_origin and new_origin and old_origin != new_origin: s = s.replace(str(old_origin), str(new_origin))
+    pre = f'paper {old_id}:'
+    if old_id is not None and old_id != new_id and s.startswith(pre): s = f'paper {new_id}:' + s[len(pre):]
+    return s
+
 def _sniff(path) -> str:
     "Kind of file by content: 'gzip', 'bzip2', 'xz', 'zip', 'tar', 'pdf' or 'text'."
     with open(path, 'rb') as f: head = f.read(512)
@@ -434,7 +442,7 @@ def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_
         try:
             if kind == 'text': shutil.copyfile(p, tmp / p.name)
             else: _unpack(p, kind, str(tmp), pid, warnings, max_bytes, max_members)
-            atomic_write_json(meta, {'origin': origin, 'warnings': warnings})
+            atomic_write_json(meta, {'origin': origin, 'id': pid, 'warnings': warnings})
             try: os.replace(tmp, final)
             except OSError:                     # another process finished first: use its tree
                 if not final.is_dir(): raise
@@ -442,8 +450,11 @@ def load_source(src, cache_dir=None, id=None, max_bytes=MAX_UNPACKED_BYTES, max_
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    try: warnings = json.loads(meta.read_text())['warnings']
-    except (OSError, ValueError, KeyError): warnings = []
+    try:                                        # the tree is shared by content; its warnings name this source
+        m = json.loads(meta.read_text())
+        first = m.get('id') or paper_id_from_path(m.get('origin', ''))
+        warnings = [rebind_text(w, first, m.get('origin'), pid, origin) for w in m['warnings']]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError): warnings = []
     return SourceTree(pid, str(final.resolve()), origin, list(warnings))
 
 # %% ../nbs/01_latex.ipynb #ltrm0002

@@ -142,7 +142,11 @@ def ocr_record(path, engine: str = 'rapidocr', cache_dir=None, timeout: float = 
     if hit is not None: return {**hit, 'cached': True}
     from PIL import Image, UnidentifiedImageError
     try:
-        with Image.open(path) as im: size = list(im.size)
+        with warnings.catch_warnings():              # over Pillow's pixel limit: an error of this image, not a traceback
+            warnings.simplefilter('error', Image.DecompressionBombWarning)
+            with Image.open(path) as im: size = list(im.size)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise OCRError(path, engine, f"image over Pillow's limit of {Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb?)") from None
     except (UnidentifiedImageError, OSError) as e: raise OCRError(path, engine, f"not a readable image ({e})") from None
     t0 = time.perf_counter()
     text, n = _ocr_rapidocr(path) if engine == 'rapidocr' else _ocr_tesseract(path, lang, timeout)

@@ -4,25 +4,26 @@
 
 # %% ../nbs/14d_qbuild.ipynb #00ed286d
 from __future__ import annotations
-import json, random, time
+import json, random, re, sys, time, warnings
 from pathlib import Path
 from typing import Optional, Sequence
-from .cache import atomic_write
+from .cache import atomic_write, atomic_write_json
 from .queries import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES, extract_evidence,
                                  read_query_records, write_query_records)
-from .qfilter import build_corpus_index, bm25_filter, filter_queries
+from .qfilter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
 from .qgen import (generate_stage, decontextualize_stage, verify_stage, naturalize_stage, rephrase_stage,
                               false_negative_stage)
-from .review import STAGES, attrition, attrition_table, write_attrition, write_review_sheet, import_review
+from .review import STAGES, attrition, attrition_table, review_html, import_review
 
 # %% auto #0
-__all__ = ['select_papers', 'stage_costs', 'build_queries', 'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
+__all__ = ['select_papers', 'stage_costs', 'plot_attrition_counts', 'dropped_html', 'write_review', 'build_queries',
+           'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
 
 # %% ../nbs/14d_qbuild.ipynb #efd41770
-def _papers(corpus, cache_dir, papers):
+def _papers(corpus, cache_dir, papers, progress: bool = False):
     if papers is not None: return list(papers)
     from docbench_nb.evaluation import load_papers
-    ps, errors = load_papers(corpus, cache_dir=cache_dir, progress=False)
+    ps, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
     if not ps: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
     return ps
 
@@ -55,43 +56,114 @@ def _decisions_template(drafts, path):
     for d in drafts: w.writerow([d.id, 'keep', '', ''])
     atomic_write(path, buf.getvalue())
 
+# %% ../nbs/14d_qbuild.ipynb #fdf4269e
+def plot_attrition_counts(att: dict, ax=None):
+    """Items left after each stage, one line per evidence type, on a symlog axis (linear below 1) so that 0 sits at 0,
+    every point labelled with its count. Returns the axes."""
+    import matplotlib.pyplot as plt
+    df = attrition_table(att)
+    if ax is None: _, ax = plt.subplots(figsize=(8, 3.5))
+    for t in att['types']:
+        ax.plot(range(len(df)), df[t], marker='o', label=t)
+        for x, v in enumerate(df[t]): ax.annotate(str(int(v)), (x, v), textcoords='offset points', xytext=(0, 5), ha='center', fontsize=7)
+    ax.set_xticks(range(len(df))); ax.set_xticklabels(df.index, rotation=30, ha='right')
+    ax.set_yscale('symlog', linthresh=1); ax.set_ylim(bottom=0)
+    ax.set_ylabel('queries left (0 at 0; log above 1)'); ax.set_title('Query attrition per stage'); ax.legend()
+    return ax
+
+def _write_attrition(att: dict, out: Path) -> dict:
+    import io, matplotlib; matplotlib.use('Agg', force=False)
+    import matplotlib.pyplot as plt
+    atomic_write_json(out / 'attrition.json', att, indent=1)
+    ax = plot_attrition_counts(att); ax.figure.tight_layout()
+    buf = io.BytesIO(); ax.figure.savefig(buf, format='png', dpi=100); plt.close(ax.figure)
+    atomic_write(out / 'attrition.png', buf.getvalue())
+    return {'json': str(out / 'attrition.json'), 'plot': str(out / 'attrition.png')}
+
+def dropped_html(records: Sequence[StageRecord]) -> str:
+    """The review sheet's account of what did not survive: a table of every candidate a stage after extraction dropped
+    (stage, id, type, reason, the query it had), and the extraction's unused evidence counted by reason."""
+    import html
+    from collections import Counter
+    e = lambda s: html.escape(str(s), quote=True)
+    rows = [r for r in records if r.dropped and r.stage != 'extract']
+    unused = Counter(re.split(r'[:(]', r.reason, 1)[0].strip() for r in records if r.dropped and r.stage == 'extract')
+    body = ''.join(f'<tr><td>{e(r.stage)}</td><td>{e(r.item_id)}</td><td>{e(r.evidence_type)}</td><td>{e(r.reason)}</td>'
+                   f'<td>{e((r.input or {}).get("query", ""))}</td></tr>' for r in rows)
+    ext = ', '.join(f'{n} {e(why)}' for why, n in unused.most_common())
+    return (f'<section class="dropped"><h2>Dropped candidates ({len(rows)})</h2>'
+            + (f'<table class="cells"><tr><th>stage</th><th>id</th><th>type</th><th>reason</th><th>query</th></tr>{body}</table>'
+               if rows else '<p>None.</p>')
+            + (f'<p>Evidence not used at extraction: {ext}.</p>' if ext else '') + '</section>')
+
+def write_review(drafts, evidence: dict, records, path) -> Path:
+    "The review sheet (`review.review_html`) with, after the cards, every dropped candidate and why (`dropped_html`)."
+    page = review_html(drafts, evidence)
+    n_drop = sum(r.dropped and r.stage != 'extract' for r in records)
+    note = (f'<p class="note">{len(drafts)} queries survived; {n_drop} candidates were dropped — each is listed at the end '
+            'with the stage and the reason.</p>')
+    page = page.replace('</h1>', '</h1>' + note, 1).replace('</body>', dropped_html(records) + '</body>', 1)
+    return atomic_write(path, page)
+
+def _stage(name: str, fn, items: list, progress: bool, batch: int = 8) -> tuple:
+    "Run stage `fn` over `items` a batch at a time, with a progress bar counting items (a slow model shows where it is)."
+    from tqdm.auto import tqdm
+    kept, recs = [], []
+    if not items:
+        if progress: print(f'{name:>15}: 0 items left, nothing to do', file=sys.stderr, flush=True)
+        return kept, recs
+    with tqdm(total=len(items), desc=f'{name:>15}', unit='item', disable=not progress, file=sys.stderr) as bar:
+        for s in range(0, len(items), batch):
+            k, r = fn(items[s:s + batch]); kept += k; recs += r
+            bar.update(len(items[s:s + batch])); bar.set_postfix(kept=len(kept), refresh=False)
+    return kept, recs
+
 # %% ../nbs/14d_qbuild.ipynb #7869972c
 def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2, bm25_k: int = 5, cache_dir=None,
                   drop_ambiguous: bool = False, top_n: int = 5, retries: int = 1, on_rephrase_fail: str = 'drop',
                   images: bool = False, papers=None, evidence_papers=None, progress: bool = False) -> dict:
     """Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`.
     `evidence_papers` (a sample size or a list of ids) limits where evidence comes from; every paper of the corpus stays in
-    the BM25 and false-negative index as a distractor."""
+    the BM25 and false-negative index as a distractor. `progress`: a bar per stage, item by item (on stderr).
+    A `bm25_k` the corpus cannot meet (`qfilter.bm25_k_problem`) is warned about before any model call."""
     out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
-    papers = _papers(corpus, cache_dir, papers)
+    papers = _papers(corpus, cache_dir, papers, progress)
+    warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]
+    for w in warns:                                          # said before any model call, not after the run
+        if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
+        else: warnings.warn(w, stacklevel=2)
     sources = select_papers(papers, evidence_papers)
-    evs, recs = extract_evidence(sources, types=tuple(types), per_paper=per_paper, cache_dir=cache_dir)
+    evs, recs = _stage('extract', lambda ps: extract_evidence(ps, types=tuple(types), per_paper=per_paper, cache_dir=cache_dir),
+                       sources, progress, batch=1)
     store.replace('extract', recs)
     atomic_write(out / 'evidence.jsonl', ''.join(json.dumps(e.to_dict(), ensure_ascii=False) + '\n' for e in evs))
     ev_by_id, all_recs, timings = {e.id: e for e in evs}, list(recs), {'extract': time.time() - t0}
     index = build_corpus_index(papers, cache_dir=cache_dir)
-    steps = [('generate', lambda ds: generate_stage(evs, llm, store, images=images)),
+    steps = [('generate', lambda ds: generate_stage(ds, llm, store, images=images)),
              ('decontextualize', lambda ds: decontextualize_stage(ds, llm, store)),
              ('bm25', lambda ds: bm25_filter(ds, index, bm25_k)),
              ('verify', lambda ds: verify_stage(ds, ev_by_id, llm, store)),
              ('naturalize', lambda ds: naturalize_stage(ds, llm, store)),
              ('rephrase', lambda ds: rephrase_stage(ds, llm, store, retries=retries, on_fail=on_rephrase_fail)),
              ('false_negative', lambda ds: false_negative_stage(ds, index, llm, store, top_n=top_n, drop_ambiguous=drop_ambiguous))]
-    drafts = []
-    for name, fn in steps:
-        t = time.time()
-        drafts, recs = fn(drafts)
-        if name == 'bm25': store.replace('bm25', recs)
-        all_recs += recs; timings[name] = time.time() - t
-        if progress: print(f"{name}: {sum(not r.dropped for r in recs)} of {len(recs)} kept")
+    drafts = evs                                             # generate reads the evidence; every later stage the drafts
+    bs = max(1, int(getattr(llm, 'concurrency', 1) or 1))    # items per call batch: one at a time unless the model serves many
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='--bm25-k')    # given once, above
+        for name, fn in steps:
+            t = time.time()
+            drafts, recs = _stage(name, fn, list(drafts), progress, batch=8 if name == 'bm25' else bs)
+            if name == 'bm25': store.replace('bm25', recs)
+            all_recs += recs; timings[name] = time.time() - t
     write_query_records(drafts, out / 'queries.jsonl')
     atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
     att = attrition(all_recs)
     att['cost'] = stage_costs(all_recs, timings)
-    paths = write_attrition(att, out)
-    write_review_sheet(drafts, ev_by_id, out / 'review.html')
+    paths = _write_attrition(att, out)
+    write_review(drafts, ev_by_id, all_recs, out / 'review.html')
     _decisions_template(drafts, out / 'decisions.csv')
     return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),
+            'n_dropped': sum(r.dropped and r.stage != 'extract' for r in all_recs), 'warnings': warns,
             'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm, 'stats', {}) or {}),
             'timings': timings, 'files': {'queries': str(out / 'queries.jsonl'), 'stages': str(out / 'stages.jsonl'),
             'review': str(out / 'review.html'), 'decisions': str(out / 'decisions.csv'), **paths}}
@@ -140,7 +212,11 @@ def _cmd_build(args):
     if not getattr(args, 'quiet', False):
         import pandas as pd
         print(attrition_table(res['attrition']).to_string()); print(pd.DataFrame(res['attrition']['cost']).T.to_string())
-    return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence_papers', 'n_evidence', 'n_queries', 'llm_stats', 'files')})
+    if not res['n_queries']:
+        print(f"docbench queries build: no query survived ({res['n_dropped']} candidates dropped); {res['files']['review']} "
+              'lists each with the stage and the reason', file=sys.stderr)
+    return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence_papers', 'n_evidence', 'n_queries', 'n_dropped',
+                                          'warnings', 'llm_stats', 'files')})
 
 def _cmd_filter(args):
     return _say(args, filter_queries(args.corpus, args.queries, args.k, args.out, getattr(args, 'cache_dir', None)))
@@ -155,29 +231,47 @@ def _cmd_import(args): return _say(args, import_review(args.queries, args.decisi
 def add_queries_parser(sub):
     "Add `queries build|filter|rephrase|check-fn|import-review` to the argparse subparsers `sub`; returns the `queries` parser."
     qp = sub.add_parser('queries', help='build, filter, rephrase, check and review evidence-grounded queries')
-    qs = qp.add_subparsers(dest='queries_cmd', required=True)
-    b = qs.add_parser('build', help='run the whole query-construction pipeline on a corpus')
-    b.add_argument('--corpus', required=True); b.add_argument('--llm', required=True, help='local | local:FOLDER | openai:MODEL[@URL]')
-    b.add_argument('--types', default='text,table,figure'); b.add_argument('--per-paper', type=int, default=2)
-    b.add_argument('--bm25-k', type=int, default=5); b.add_argument('--top-n', type=int, default=5)
-    b.add_argument('--drop-ambiguous', action='store_true'); b.add_argument('--out', default='queries_out')
+    qs = qp.add_subparsers(dest='queries_cmd', required=True, metavar='STEP')
+    llm_help = 'chat model: local (bundled SmolLM2) | local:FOLDER | openai:MODEL[@BASE_URL] (key from $OPENAI_API_KEY)'
+    b = qs.add_parser('build', help='run the whole query-construction pipeline on a corpus',
+                      description='Run every stage on a corpus: extract evidence, generate, decontextualize, BM25 filter, verify, '
+                                  'naturalize, rephrase, false-negative check; write queries.jsonl, stages.jsonl, attrition.json/png, '
+                                  'review.html (with every dropped candidate and why) and decisions.csv into --out.')
+    b.add_argument('--corpus', required=True, help='a folder of paper sources (every paper is also a BM25 / false-negative distractor)')
+    b.add_argument('--llm', required=True, help=llm_help)
+    b.add_argument('--types', default='text,table,figure', help='evidence types, comma-separated: text, table, figure')
+    b.add_argument('--per-paper', type=int, default=2, help='evidence items per paper and type')
+    b.add_argument('--bm25-k', type=int, default=5, help='drop a query whose gold paper BM25 ranks in the top K (too easy); must be '
+                   'below the number of papers, 0 switches the filter off')
+    b.add_argument('--top-n', type=int, default=5, help='other BM25 papers the false-negative judge reads per query')
+    b.add_argument('--drop-ambiguous', action='store_true', help='drop (not just flag) a query another paper also answers')
+    b.add_argument('--out', default='queries_out', help='output folder; a rerun resumes from what it holds')
     b.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='drop',
                    help='a query whose rephrasing fails: dropped, or kept with the levels that passed (flagged)')
     b.add_argument('--evidence-papers', default=None, help='draw evidence from N sampled papers (seed 0) or from these ids (a,b,...); '
                    'the whole corpus stays in the BM25 and false-negative index')
     b.set_defaults(fn=_cmd_build)
     f = qs.add_parser('filter', help='BM25 difficulty filter on a query file')
-    f.add_argument('--corpus', required=True); f.add_argument('--queries', required=True)
-    f.add_argument('--k', type=int, default=5); f.add_argument('--out', required=True); f.set_defaults(fn=_cmd_filter)
+    f.add_argument('--corpus', required=True, help='a folder of paper sources the queries are about')
+    f.add_argument('--queries', required=True, help='query file (JSONL, shared format)')
+    f.add_argument('--k', type=int, default=5, help='drop a query whose gold paper BM25 ranks in the top K (below the number of papers)')
+    f.add_argument('--out', required=True, help='query file to write with the queries kept'); f.set_defaults(fn=_cmd_filter)
     r = qs.add_parser('rephrase', help='rephrase a query file at levels 1-3 (each checked)')
-    r.add_argument('--queries', required=True); r.add_argument('--llm', required=True); r.add_argument('--out', required=True)
-    r.add_argument('--retries', type=int, default=1); r.add_argument('--on-fail', choices=('drop', 'keep'), default='drop')
+    r.add_argument('--queries', required=True, help='query file (JSONL, shared format)'); r.add_argument('--llm', required=True, help=llm_help)
+    r.add_argument('--out', required=True, help='query file to write with the rephrasings')
+    r.add_argument('--retries', type=int, default=1, help='new attempts for a rephrasing that fails its check')
+    r.add_argument('--on-fail', choices=('drop', 'keep'), default='drop', help='a query whose rephrasing still fails: dropped, or kept (flagged)')
     r.set_defaults(fn=_cmd_rephrase)
     c = qs.add_parser('check-fn', help='false-negative check: do other retrieved papers answer the query?')
-    c.add_argument('--corpus', required=True); c.add_argument('--queries', required=True); c.add_argument('--llm', required=True)
-    c.add_argument('--out', required=True); c.add_argument('--top-n', type=int, default=5); c.add_argument('--drop-ambiguous', action='store_true')
+    c.add_argument('--corpus', required=True, help='a folder of paper sources'); c.add_argument('--queries', required=True, help='query file (JSONL)')
+    c.add_argument('--llm', required=True, help=llm_help)
+    c.add_argument('--out', required=True, help='query file to write, ambiguous queries flagged (or dropped)')
+    c.add_argument('--top-n', type=int, default=5, help='other BM25 papers the judge reads per query')
+    c.add_argument('--drop-ambiguous', action='store_true', help='drop (not just flag) a query another paper also answers')
     c.set_defaults(fn=_cmd_check_fn)
     i = qs.add_parser('import-review', help='apply review decisions (CSV/JSONL) to a query file')
-    i.add_argument('--queries', required=True); i.add_argument('--decisions', required=True); i.add_argument('--out', required=True)
+    i.add_argument('--queries', required=True, help='query file the review sheet was made from (OUT/queries.jsonl)')
+    i.add_argument('--decisions', required=True, help='decisions.csv (from the sheet or edited by hand) or JSONL: id, decision, edited_query')
+    i.add_argument('--out', required=True, help='query file to write with the kept and edited queries')
     i.set_defaults(fn=_cmd_import)
     return qp

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14a_qfilter.ipynb #75275bd1
 from __future__ import annotations
-import json, time
+import json, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -14,7 +14,7 @@ from .retrievers import make_retriever
 from .queries import Draft, StageRecord, read_query_records, write_query_records
 
 # %% auto #0
-__all__ = ['CorpusIndex', 'build_corpus_index', 'gold_ranks', 'bm25_filter', 'filter_queries']
+__all__ = ['CorpusIndex', 'build_corpus_index', 'gold_ranks', 'bm25_k_problem', 'bm25_filter', 'filter_queries']
 
 # %% ../nbs/14a_qfilter.ipynb #03f3dfe7
 @dataclass
@@ -50,9 +50,17 @@ def gold_ranks(index: CorpusIndex, drafts: Sequence[Draft]) -> dict:
     return out
 
 # %% ../nbs/14a_qfilter.ipynb #234c7879
+def bm25_k_problem(k: int, n_papers: int) -> Optional[str]:
+    "Why `k` cannot work on a corpus of `n_papers` (every scored gold paper ranks `<= n_papers <= k`), or None."
+    if k <= 0 or k < n_papers: return None
+    return (f"--bm25-k {k} >= the corpus's {n_papers} papers: BM25 ranks every gold paper it scores within the top {k}, so the "
+            f"filter drops every such query by construction; use a k below {n_papers} (e.g. {max(1, n_papers // 3)}), "
+            f"0 to switch the filter off, or a larger corpus")
+
 def bm25_filter(drafts: Sequence[Draft], index: CorpusIndex, k: int = 5) -> tuple:
-    "Stage 4: `(kept, records)` — drop each draft whose gold paper BM25 ranks in the top `k`."
+    "Stage 4: `(kept, records)` — drop each draft whose gold paper BM25 ranks in the top `k` (a warning when `k` >= the corpus size)."
     if k < 0: raise ValueError(f"k must be >= 0, got {k}")
+    if drafts and (why := bm25_k_problem(k, len(index.doc_ids))): warnings.warn(why, stacklevel=2)
     t = time.time()
     ranks = gold_ranks(index, drafts) if drafts else {}
     each = (time.time() - t) / max(1, len(drafts))
@@ -81,6 +89,6 @@ def filter_queries(corpus, queries_file, k: int = 5, out_file=None, cache_dir=No
     except ValueError as e: raise ValueError(f"{queries_file}: {e}") from None
     if out_file is not None: write_query_records(kept, out_file)
     return {'queries_file': str(queries_file), 'out_file': None if out_file is None else str(out_file), 'k': k,
-            'n_in': len(drafts), 'n_kept': len(kept), 'n_dropped': len(drafts) - len(kept),
+            'warnings': [w for w in [bm25_k_problem(k, len(index.doc_ids))] if w], 'n_in': len(drafts), 'n_kept': len(kept), 'n_dropped': len(drafts) - len(kept),
             'ranks': {r.item_id: r.output['bm25_gold_rank'] for r in recs},
             'records': [r.to_dict() for r in recs]}

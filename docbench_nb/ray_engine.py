@@ -20,7 +20,7 @@ from .evaluation import (source_key, evaluate, corpus_sources, PARSE_TIME_LIMIT,
 from .workers import map_bounded, WorkFailure
 
 # %% auto #0
-__all__ = ['ray_available', 'start_ray', 'ray_parse', 'text_encoder_of', 'ray_embed', 'evaluate_ray']
+__all__ = ['ray_available', 'start_ray', 'ray_parse', 'text_encoder_of', 'ray_embed', 'cached_vector_count', 'evaluate_ray']
 
 # %% ../nbs/08d_ray.ipynb #ray00004
 def ray_available() -> bool:
@@ -82,7 +82,7 @@ def ray_parse(srcs, cache_dir=None, time_limit=PARSE_TIME_LIMIT, log=print) -> d
             _parse_row, fn_kwargs={'cache_dir': cache_dir, 'time_limit': time_limit})
         for row in ds.iter_rows():
             rec, failure = _record_of(row)
-            _store(root / f"{row['key']}.json", rec, failure, time_limit, None)
+            _store(root / f"{row['key']}.json", rec, failure, time_limit, None, origin=row['src'])
     log(f"ray parse: {len(todo)} parsed, {len(srcs) - len(todo)} already cached")
     return {'parsed': len(todo), 'cached': len(srcs) - len(todo)}
 
@@ -140,6 +140,15 @@ def ray_embed(papers, representation, spec, chunk_size, cache_dir=None, max_pixe
     return {'units': len(texts), 'embedded': len(missing)}
 
 # %% ../nbs/08d_ray.ipynb #ray00009
+def cached_vector_count(cache_dir=None) -> int:
+    "Vectors stored in the embedding cache (rows of every shard): counts what a stage embedded, whoever ran it."
+    root = stage_dir('embeddings', cache_dir)
+    return sum(int(np.load(f, mmap_mode='r').shape[0]) for f in root.rglob('*.vecs.npy')) if root.is_dir() else 0
+
+def _paper_entries(cache_dir=None) -> int:
+    root = stage_dir('papers', cache_dir)
+    return sum(1 for _ in root.glob('*.json')) if root.is_dir() else 0
+
 def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk_size=None, cache_dir=None,
                  address=None, num_cpus=None, actors: int = 1, batch_size: int = 256, progress=True, log=print, **kw):
     "`evaluation.evaluate` with parsing and text embedding run on Ray; the result records `config['engine']`."
@@ -148,6 +157,7 @@ def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk
     try:
         srcs = corpus_sources(corpus)
         stats = {'parse': ray_parse(srcs, cache_dir, log=log)}
+        parsed_before = _paper_entries(cache_dir)
         papers, errors = load_papers(srcs, cache_dir=cache_dir, progress=False)
         if chunk_size is None: chunk_size = default_chunk_size(_retriever(retriever, cache_dir, kw.get('max_pixels')))
         rkw = {k: v for k, v in kw.items() if k in ('max_pixels',)}
@@ -157,6 +167,9 @@ def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk
     finally:
         if started:
             import ray; ray.shutdown()
+    before = cached_vector_count(cache_dir)
     res = evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir, progress=progress, **kw)
+    stats['driver_embedded'] = cached_vector_count(cache_dir) - before      # what the local pass had to embed itself
+    stats['driver_parsed'] = _paper_entries(cache_dir) - parsed_before      # ... and to parse itself
     res.config['engine'] = {'name': 'ray', 'address': address, 'actors': actors, **stats}
     return res

@@ -13,13 +13,15 @@ import pandas as pd
 from .records import Query, Run
 from .cache import atomic_write_json
 from .metrics import score_run, compare_runs, bootstrap_ci, holm_adjust
-from .data_io import write_trec_run, read_trec_run, load_queries
+from .data_io import write_trec_run, read_trec_run, write_trec_qrels, read_trec_qrels, load_queries
 
 # %% auto #0
-__all__ = ['METRIC_KEYS', 'Result', 'result_metrics', 'per_query_values', 'compare']
+__all__ = ['METRIC_KEYS', 'DEFAULT_RETRIEVER', 'DEFAULT_REPRESENTATION', 'DEFAULT_K', 'Result', 'result_path', 'load_result',
+           'result_metrics', 'per_query_values', 'compare', 'compare_report', 'format_report']
 
 # %% ../nbs/07b_result.ipynb #858d3c88
 METRIC_KEYS = ('ndcg@10', 'recall@1', 'recall@5', 'recall@10', 'mrr@10')
+DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K = 'bm25', 'text', 10   # one set of defaults: `docbench evaluate` and `db.evaluate` read these
 
 @dataclass
 class Result:
@@ -80,15 +82,27 @@ Result.get = lambda self, k, default=None: self[k] if k in self else default
 Result.__contains__ = lambda self, k: k in _field_names() or (k == 'run' and self.run is not None) or k in self.extra
 
 # %% ../nbs/07b_result.ipynb #75b7617f
+def result_path(path) -> Path:
+    "`path` as `Result.save` writes it: with `.json` added when it has another (or no) suffix."
+    p = Path(path)
+    return p if p.suffix.lower() == '.json' else p.with_name(p.name + '.json')
+
 def _result_save(self, path) -> Path:
-    "Write the result JSON to `path` and the run as `<path>.run` (TREC), both atomically. Returns `path`."
-    path, run_file = Path(path), Path(str(path) + '.run')
+    """Write the result JSON to `path` (`.json` added when missing, so `load_results` finds it), the run as
+    `<path>.run` and the judgments it was scored against as `<path>.qrels` (TREC), all atomically, so trec_eval or
+    ir_measures can re-score it from the files alone. Returns the path written."""
+    path = result_path(path)
+    run_file, qrels_file = Path(str(path) + '.run'), Path(str(path) + '.qrels')
     d = self.to_dict()
     if self.run is not None:       # what TREC files cannot hold: the best unit behind each hit, queries without hits
         d['run_provenance'], d['run_query_ids'] = self.run.provenance, list(self.run.scores)
     atomic_write_json(path, d, indent=1)
-    if self.run is not None: write_trec_run(self.run, run_file, tag=str(self.config.get('retriever', 'run')).replace(' ', '_'))
-    elif run_file.exists(): run_file.unlink()          # never leave another result's run beside this one
+    if self.run is not None:
+        write_trec_run(self.run, run_file, tag=str(self.config.get('retriever', 'run')).replace(' ', '_'))
+        write_trec_qrels({r['query_id']: {g: 1 for g in r['gold']} for r in self.per_query if r.get('gold')}, qrels_file)
+    else:                                              # never leave another result's run or qrels beside this one
+        for f in (run_file, qrels_file):
+            if f.exists(): f.unlink()
     return path
 
 def _result_load(cls, path, with_run: bool = True) -> 'Result':
@@ -107,6 +121,14 @@ def _result_load(cls, path, with_run: bool = True) -> 'Result':
     except ValueError as e: raise ValueError(f"{path}: {e}") from None
 
 Result.save, Result.load = _result_save, classmethod(_result_load)
+
+def load_result(path, with_run: bool = True) -> 'Result':
+    "The result saved at `path` — the name given to `save` works too (`x` finds `x.json`); a folder is an error naming `load_results`."
+    p = Path(path)
+    if not p.exists() and result_path(p).is_file(): p = result_path(p)
+    if p.is_dir(): raise IsADirectoryError(f"{p} is a folder; load_results({str(p)!r}) reads every result in it")
+    if not p.is_file(): raise FileNotFoundError(f"no result file {p}")
+    return Result.load(p, with_run)
 
 # %% ../nbs/07b_result.ipynb #9f44004f
 def result_metrics(res) -> list:
@@ -143,6 +165,11 @@ def _as_result(x, queries, i) -> 'Result':
         return Result.from_dict({'config': {'retriever': x.name}, **m, 'n_queries': len(m['per_query']), 'run': x})
     raise TypeError(f"compare: item {i} is a {type(x).__name__}; expected a Result, a result dict or a Run")
 
+def _levels_label(levels) -> str:
+    if levels is None: return 'all levels'
+    lv = sorted(levels)
+    return f'L{lv[0]}' if len(lv) == 1 else f'L{lv[0]}-{lv[-1]}' if lv == list(range(lv[0], lv[-1] + 1)) else 'L' + ','.join(map(str, lv))
+
 def _label(r: 'Result', names, i):
     return names[i] if names is not None else (r.config.get('label') or (r.name if 'representation' in r.config else r.config.get('retriever', f'#{i}')))
 
@@ -172,5 +199,70 @@ def compare(items: Sequence, baseline: Optional[int] = 0, metric: str = 'ndcg@10
     df = pd.DataFrame(rows)
     df['p_holm'] = holm_adjust(df['p_value'].tolist())
     df['significant'] = df['p_holm'] < alpha
+    df.columns.name = f'{metric} ({_levels_label(levels)})'          # printed top left: which metric the means are of
     df.attrs.update(metric=metric, levels=None if levels is None else tuple(levels), alpha=alpha, n_resamples=n_resamples)
     return df
+
+# %% ../nbs/07b_result.ipynb #a89330d1
+_SUP = str.maketrans('abcdefghijklmnopqrstuvwxyz', 'ᵃᵇᶜᵈᵉᶠᵍʰⁱʲᵏˡᵐⁿᵒᵖᑫʳˢᵗᵘᵛʷˣʸᶻ')
+
+def _letter(i: int) -> str: return chr(ord('a') + i) if i < 26 else f'r{i}'
+
+def compare_report(items: Sequence, metrics: Optional[Sequence[str]] = None, baseline: int = 0, levels=(0,), queries=None,
+                   names: Optional[Sequence[str]] = None, n_resamples: int = 10000, alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
+    """A ranx-style table: rows `a, b, c, …` (one per result or run), a column per metric at `levels` (`ndcg@10 (L0)`),
+    `Δ METRIC vs a` and `p(METRIC) vs a` for the first metric against `baseline`. `attrs['beats']`: {(row, column): letters
+    of the rows it beats at Holm-adjusted p < `alpha` over all pairs and metrics}."""
+    if isinstance(queries, (str, Path)): queries = load_queries(queries)
+    res = [_as_result(x, queries, i) for i, x in enumerate(items)]
+    if len(res) < 2: raise ValueError(f"compare needs at least two results, got {len(res)}")
+    if not -len(res) <= baseline < len(res): raise IndexError(f"baseline {baseline} out of range for {len(res)} results")
+    b = baseline % len(res)
+    if metrics is None: metrics = [m for m in result_metrics(res[0]) if all(m in result_metrics(r) for r in res[1:])]
+    metrics, lv, letters = list(metrics), _levels_label(levels), [_letter(i) for i in range(len(res))]
+    vals = {m: [per_query_values(r, m, levels) for r in res] for m in metrics}
+    tests = []                                               # (metric, i, j, mean_i, mean_j, diff i-j, p)
+    for m in metrics:
+        for i in range(len(res)):
+            for j in range(i + 1, len(res)):
+                keys = set(vals[m][i]) | set(vals[m][j])
+                t = compare_runs({q: vals[m][i].get(q, 0.0) for q in keys}, {q: vals[m][j].get(q, 0.0) for q in keys},
+                                 m, None, n_resamples, alpha, seed)
+                tests.append((m, i, j, t['mean_a'], t['mean_b'], t['mean_diff'], t['p_value']))
+    holm = holm_adjust([t[-1] for t in tests])
+    cols = {m: f'{m} ({lv})' for m in metrics}
+    means = {m: [float(np.mean(list(vals[m][i].values()))) if vals[m][i] else float('nan') for i in range(len(res))] for m in metrics}
+    beats = {}
+    for (m, i, j, _, _, diff, _), p in zip(tests, holm):
+        if p < alpha and diff != 0: beats.setdefault((letters[i] if diff > 0 else letters[j], cols[m]), []).append(letters[j] if diff > 0 else letters[i])
+    m0, bl = metrics[0], letters[b]
+    p0 = {(i, j): p for (m, i, j, *_), p in zip(tests, holm) if m == m0}
+    df = pd.DataFrame({'config': [_label(r, names, i) for i, r in enumerate(res)], **{cols[m]: means[m] for m in metrics},
+                       f'Δ {m0} vs {bl}': [float('nan') if i == b else means[m0][i] - means[m0][b] for i in range(len(res))],
+                       f'p({m0}) vs {bl}': [float('nan') if i == b else p0[min(i, b), max(i, b)] for i in range(len(res))],
+                       'n': [len(vals[m0][i]) for i in range(len(res))]}, index=pd.Index(letters, name='#'))
+    df.attrs.update(beats={k: sorted(v) for k, v in beats.items()}, metrics=metrics, levels=lv, alpha=alpha,
+                    n_resamples=n_resamples, baseline=bl)
+    return df
+
+def format_report(df: pd.DataFrame, digits: int = 4) -> str:
+    "The `compare_report` table as text: values with superscript letters of the rows they beat, then a legend."
+    beats, rows = df.attrs.get('beats', {}), []
+    head = ['#'] + list(df.columns)
+    for letter, r in df.iterrows():
+        cells = [letter]
+        for c in df.columns:
+            v = r[c]
+            if c == 'config' or c == 'n': cells.append(str(v))
+            elif isinstance(v, float) and np.isnan(v): cells.append('—')
+            elif c.startswith('Δ'): cells.append(f'{v:+.{digits}f}')
+            elif c.startswith('p('): cells.append(f'{v:.{digits}f}')
+            else: cells.append(f'{v:.{digits}f}' + ''.join(beats.get((letter, c), [])).translate(_SUP))
+        rows.append(cells)
+    w = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cs: '  '.join(str(x).ljust(n) for x, n in zip(cs, w)).rstrip()
+    a = df.attrs
+    legend = (f"superscript letters: the rows a value beats (paired randomization test, {a.get('n_resamples', '?')} resamples, "
+              f"Holm-adjusted p < {a.get('alpha', 0.05)} over all pairs and metrics); Δ and p: vs row {a.get('baseline', 'a')}, "
+              f"first metric, Holm-adjusted; n: queries at {a.get('levels', 'L0')}")
+    return '\n'.join([line(head), line(['-' * n for n in w])] + [line(r) for r in rows] + ['', legend])

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 from .metrics import bootstrap_ci
-from .result import Result
+from .result import Result, load_result, result_path
 from .data_io import read_trec_run
 
 # %% auto #0
@@ -24,9 +24,14 @@ def _sort_key(r):
     return (str(c.get('retriever')), str(c.get('representation')), int(c.get('chunk_size') or 0))
 
 def load_results(folder, with_runs: bool = False) -> list[Result]:
-    "Every result in `folder` (`*.json` written by `Result.save`; other JSON files are skipped), sorted by retriever, representation, chunk size."
+    """Every result in `folder` (`*.json` written by `Result.save`; other JSON files are skipped), sorted by retriever,
+    representation, chunk size. A result file (or the name given to `save`) instead of a folder: that one result."""
     folder = Path(folder)
-    if not folder.is_dir(): raise FileNotFoundError(f"results folder {folder} does not exist")
+    if folder.is_file() or (not folder.exists() and result_path(folder).is_file()):
+        res = load_result(folder, with_run=with_runs)
+        res.extra['_path'] = str(folder if folder.is_file() else result_path(folder))
+        return [res]
+    if not folder.is_dir(): raise FileNotFoundError(f"results folder (or result file) {folder} does not exist")
     out = []
     for f in sorted(folder.glob('*.json')):
         try: d = json.loads(f.read_text(encoding='utf-8'))

@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64, csv, html, io, json, re
 from pathlib import Path
 from typing import Optional, Sequence
-from .cache import atomic_write, atomic_write_json
+from .cache import atomic_write, atomic_write_json, short_repr
+from .data_io import checked_file, read_limits, READ_LIMITS
 from .queries import Draft, Evidence, StageRecord, EVIDENCE_TYPES, read_query_records, write_query_records
 
 # %% auto #0
-__all__ = ['STAGES', 'DECISIONS', 'attrition', 'attrition_table', 'plot_attrition', 'write_attrition', 'evidence_html',
-           'card_html', 'review_html', 'write_review_sheet', 'read_decisions', 'apply_decisions', 'import_review']
+__all__ = ['STAGES', 'DECISIONS', 'DECISIONS_FILE_BYTES', 'attrition', 'attrition_table', 'plot_attrition', 'write_attrition',
+           'evidence_html', 'card_html', 'review_html', 'write_review_sheet', 'csv_cell', 'decisions_csv',
+           'read_decisions', 'apply_decisions', 'import_review']
 
 # %% ../nbs/14b_review.ipynb #b52f9d9b
 STAGES = ('extract', 'generate', 'decontextualize', 'bm25', 'verify', 'naturalize', 'rephrase', 'false_negative', 'review')
@@ -123,7 +125,8 @@ img.figure{max-width:100%}table.cells td{border:1px solid #aaa;padding:2px 4px}t
 _JS = """function decisions(){const rows=[['id','decision','edited_query']];
 document.querySelectorAll('section.card').forEach(c=>{const id=c.dataset.id;const v=c.querySelector('input[type=radio]:checked').value;
 const t=c.querySelector('textarea').value;rows.push([id,v,v==='edit'?t:'']);});
-return rows.map(r=>r.map(x=>'"'+String(x).replace(/"/g,'""')+'"').join(',')).join('\\n')+'\\n';}
+return rows.map(r=>r.map(x=>'"'+safeCell(String(x)).replace(/"/g,'""')+'"').join(',')).join('\\n')+'\\n';}
+function safeCell(s){return /^[=+\\-@\\t\\r]/.test(s)?"'"+s:s;}
 function download(){const a=document.createElement('a');a.href=URL.createObjectURL(new Blob([decisions()],{type:'text/csv'}));
 a.download='decisions.csv';a.click();}"""
 
@@ -138,29 +141,90 @@ def write_review_sheet(drafts: Sequence[Draft], evidence: dict, path, title: str
     "Write the review sheet (`review_html`) to `path` atomically."
     return atomic_write(path, review_html(drafts, evidence, title))
 
+# %% ../nbs/14b_review.ipynb #d2551f02
+_FORMULA = re.compile(r"^[=+\-@\t\r]")
+
+def csv_cell(s) -> str:
+    "A CSV cell safe to open in a spreadsheet: a formula-leading value gets a leading `'` (as the review sheet writes it)."
+    s = str(s)
+    return "'" + s if _FORMULA.match(s) else s
+
+def _uncell(s: str) -> str:
+    "Undo `csv_cell`."
+    return s[1:] if s[:1] == "'" and _FORMULA.match(s[1:]) else s
+
+def decisions_csv(rows) -> str:
+    "CSV text of decisions `[(id, decision, edited_query)]`, header included, each cell quoted and neutralised like the sheet's download."
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator='\n')
+    w.writerow(['id', 'decision', 'edited_query']); w.writerows([[csv_cell(x) for x in r] for r in rows])
+    return buf.getvalue()
+
 # %% ../nbs/14b_review.ipynb #a5295d4b
 DECISIONS = ('keep', 'edit', 'drop')
+_ROWLIKE = re.compile(r"(?m)^[^,\n]*,\s*\"?\s*(keep|edit|drop)\b", re.I)
 
-def read_decisions(path) -> dict:
-    "{query id: (decision, edited_query, line)} from a decisions CSV or JSONL; errors name the file and line."
-    path, out, rows = Path(path), {}, []
-    text = path.read_text(encoding='utf-8-sig')
-    if path.suffix.lower() in ('.jsonl', '.json'):
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip(): continue
-            try: rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as e: raise ValueError(f"{path}, line {n}: bad JSON ({e.msg})") from None
-    else:
-        rd = csv.DictReader(io.StringIO(text))
-        if not rd.fieldnames or not {'id', 'decision'} <= set(rd.fieldnames):
-            raise ValueError(f"{path}, line 1: the CSV header must name 'id' and 'decision' (got {rd.fieldnames})")
-        rows = [(i + 2, r) for i, r in enumerate(rd)]
+def _csv_rows(path, text):
+    "`(line, {field: value})` of a decisions CSV, parsed strictly; `ValueError` naming the line for anything malformed."
+    rd = csv.reader(io.StringIO(text, newline=''), strict=True)
+    start, rows, header = 1, [], None
+    try:
+        for row in rd:
+            n, start = start, rd.line_num + 1
+            if not row or row == ['']: continue
+            if header is None:
+                header = [h.strip() for h in row]
+                if not {'id', 'decision'} <= set(header):
+                    raise ValueError(f"{path}, line {n}: the CSV header must name 'id' and 'decision' (got {short_repr(header)})")
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}, line {n}: expected {len(header)} fields ({','.join(header)}), got {len(row)}")
+            r = dict(zip(header, (_uncell(x) for x in row)))
+            for f in ('id', 'decision'):
+                if '\n' in r[f] or '\r' in r[f]: raise ValueError(f"{path}, line {n}: field {f!r} holds a line break (a quote never closed?)")
+            if _ROWLIKE.search(r.get('edited_query') or '') and '\n' in r['edited_query']:
+                raise ValueError(f"{path}, line {n}: field 'edited_query' spans lines that look like decision rows (a quote never closed?)")
+            rows.append((n, r))
+    except csv.Error as e:
+        why = 'a quoted field is never closed' if 'end of data' in str(e) else 'a cell is over the CSV field limit' if 'field limit' in str(e) else f'malformed CSV ({e})'
+        raise ValueError(f"{path}, line {start}: {why}") from None
+    if header is None: raise ValueError(f"{path}, line 1: no CSV header (expected id,decision,edited_query)")
+    return rows
+
+def _jsonl_rows(path, text):
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip(): continue
+        try: r = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e: raise ValueError(f"{path}, line {n}: bad JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
+        if not isinstance(r, dict): raise ValueError(f"{path}, line {n}: expected a JSON object, got {type(r).__name__}")
+        if isinstance(r.get('id'), int) and not isinstance(r.get('id'), bool): r['id'] = str(r['id'])
+        for f in ('id', 'decision', 'edited_query'):
+            if r.get(f) is not None and not isinstance(r[f], str):
+                raise ValueError(f"{path}, line {n}: field {f!r} must be a string, got {type(r[f]).__name__}")
+        rows.append((n, r))
+    return rows
+
+DECISIONS_FILE_BYTES = 64 * 2**20     # a decisions file is one short row per query: it is read whole, so it gets its own small limit
+
+def read_decisions(path, limits=None) -> dict:
+    """{query id: (decision, edited_query, line)} from a decisions CSV or JSONL, parsed strictly; errors name the file, line
+    and field. The file is read whole, under `DECISIONS_FILE_BYTES` (unless `limits` sets `file_bytes`)."""
+    path, out = Path(path), {}
+    lim = read_limits(limits)
+    if lim['file_bytes'] == READ_LIMITS['file_bytes']: lim['file_bytes'] = DECISIONS_FILE_BYTES
+    raw = checked_file(path, lim, 'decisions file').read_bytes()
+    try: text = raw.decode('utf-8-sig')
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b'\n') + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8") from None
+    rows = _jsonl_rows(path, text) if path.suffix.lower() in ('.jsonl', '.json') else _csv_rows(path, text)
     for n, r in rows:
-        qid, dec, txt = str(r.get('id') or '').strip(), str(r.get('decision') or '').strip().lower(), (r.get('edited_query') or '').strip()
+        qid, dec, txt = (r.get('id') or '').strip(), (r.get('decision') or '').strip().lower(), (r.get('edited_query') or '').strip()
         if not qid: raise ValueError(f"{path}, line {n}: missing 'id'")
-        if dec not in DECISIONS: raise ValueError(f"{path}, line {n}: query {qid!r}: decision {dec!r} is not one of {DECISIONS}")
-        if dec == 'edit' and not txt: raise ValueError(f"{path}, line {n}: query {qid!r}: 'edit' needs the edited text in 'edited_query'")
-        if qid in out: raise ValueError(f"{path}, line {n}: query {qid!r} decided twice (first on line {out[qid][2]})")
+        if dec not in DECISIONS: raise ValueError(f"{path}, line {n}: query {short_repr(qid)}: decision {short_repr(dec)} is not one of {DECISIONS}")
+        if dec == 'edit' and not txt: raise ValueError(f"{path}, line {n}: query {short_repr(qid)}: 'edit' needs the edited text in 'edited_query'")
+        if qid in out: raise ValueError(f"{path}, line {n}: query {short_repr(qid)} decided twice (first on line {out[qid][2]})")
         out[qid] = (dec, txt, n)
     return out
 
@@ -170,7 +234,9 @@ def apply_decisions(drafts: Sequence[Draft], decisions: dict, default: str = 'ke
     if default not in ('keep', 'drop'): raise ValueError(f"default must be 'keep' or 'drop', got {default!r}")
     ids = {d.id for d in drafts}
     stray = [(q, v[2]) for q, v in decisions.items() if q not in ids]
-    if stray: raise ValueError(f"{source}, line {stray[0][1]}: query {stray[0][0]!r} is not in the query file")
+    if stray:
+        listed = '; '.join(f"line {ln}: query {short_repr(q)} is not in the query file" for q, ln in stray[:10])
+        raise ValueError(f"{source}: {len(stray)} decision(s) for queries not in the query file: {listed}" + (' ...' if len(stray) > 10 else ''))
     kept, recs = [], []
     for d in drafts:
         dec, txt, _ = decisions.get(d.id, (default, '', None))

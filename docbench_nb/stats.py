@@ -20,7 +20,7 @@ __all__ = ['TOKENS_PER_PAGE', 'PAGE_BINS', 'TOKEN_BINS', 'count_tokens', 'estima
            'plot_corpus_stats']
 
 # %% ../nbs/13a_stats.ipynb #6a3db4b2
-TOKENS_PER_PAGE = 958          # the study's corpus: 144,653 pages for its papers' tokens (DESIGN §2A)
+TOKENS_PER_PAGE = 958          # the study's corpus: 144,653 pages for its papers' tokens
 
 def count_tokens(text: str, tokenizer=None) -> int:
     "Number of tokens of `text` under `tokenizer` (default: the bundled MiniLM tokenizer), without special tokens."

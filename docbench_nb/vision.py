@@ -29,12 +29,18 @@ def load_image(path, max_pixels: Optional[int] = None):
     "RGB PIL image of `path`, shrunk to at most `max_pixels` pixels (aspect ratio kept); clear error naming the file."
     from PIL import Image, UnidentifiedImageError
     try:
-        with Image.open(path) as im:
+        im = Image.open(path)                        # reads the header only
+        with im:
+            limit = Image.MAX_IMAGE_PIXELS           # Pillow only warns between 1x and 2x its limit: checked here, before decoding
+            if limit and im.size[0] * im.size[1] > limit:   # (no warning filter: `warnings.catch_warnings` is not thread-safe)
+                raise ValueError(f"image {path} is over Pillow's limit of {limit:,} pixels ({im.size[0]:,} x {im.size[1]:,}; a decompression bomb?)")
             im.load()
             if im.mode in ('RGBA', 'LA', 'P'):
                 im = im.convert('RGBA'); bg = Image.new('RGB', im.size, 'white'); bg.paste(im, mask=im.split()[-1]); im = bg
             else: im = im.convert('RGB')
     except (FileNotFoundError, IsADirectoryError): raise FileNotFoundError(f"image {path} does not exist") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ValueError(f"image {path} is over Pillow's limit of {Image.MAX_IMAGE_PIXELS:,} pixels (a decompression bomb?)") from None
     except (UnidentifiedImageError, OSError) as e: raise ValueError(f"image {path} cannot be read ({e})") from None
     if max_pixels:
         size = fit_max_pixels(*im.size, max_pixels)

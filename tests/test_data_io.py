@@ -215,3 +215,41 @@ def test_trec_errors_name_lines(tmp_path):
     with pytest.raises(ValueError, match='whitespace'):
         write_trec_run(Run(scores={'q 1': {'a': 1.0}}), tmp_path / 'x.run')
     assert not (tmp_path / 'x.run').exists() and not list(tmp_path.glob('.*.tmp'))
+
+
+# ---------------------------------------------------------------- review fixes
+
+def test_queries_judged_only_zero_warn_unless_a_report_is_asked(tmp_path):
+    import warnings
+    write_lines(tmp_path / 'queries.jsonl', [{'_id': 'q1', 'text': 'first'}, {'_id': 'q2', 'text': 'second'}, {'_id': 'q3', 'text': 'third'}])
+    write_trec_qrels({'q1': {'alpha-paper': 1}, 'q2': {'beta-paper': 0}, 'q3': {'gamma-paper': 0, 'beta-paper': 0}}, tmp_path / 'qrels.trec')
+    with pytest.warns(UserWarning, match=r"2 queries in .*queries.jsonl judged only non-relevant \(score 0\) were skipped, e.g. 'q2', 'q3'"):
+        qs = load_queries(tmp_path / 'queries.jsonl', qrels=tmp_path / 'qrels.trec')
+    assert [q.id for q in qs] == ['q1']
+    rep = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')                                 # asked for the counts: no warning
+        load_queries(tmp_path / 'queries.jsonl', qrels=tmp_path / 'qrels.trec', report=rep)
+    assert rep['n_no_positive'] == 2 and rep['no_positive'] == ['q2', 'q3']
+
+
+def test_did_you_mean_only_for_the_printed_problems_and_bounded(tmp_path, monkeypatch):
+    import difflib
+    from docbench_nb import data_io
+    long_id = 'paper-' + 'x' * 300
+    known = [f'paper-{i:03d}' for i in range(100)] + [long_id]
+    write_lines(tmp_path / 'queries.jsonl', [{'_id': f'q{i}', 'text': f'query {i}'} for i in range(40)])
+    (tmp_path / 'qrels.tsv').write_text('query-id\tcorpus-id\tscore\n' + ''.join(f'q{i}\tpaper-{i:03d}z\t1\n' for i in range(39))
+                                        + 'q39\t' + long_id + 'z\t1\n')
+    calls = []
+    real = difflib.get_close_matches
+    monkeypatch.setattr(data_io.difflib, 'get_close_matches', lambda *a, **kw: calls.append(a[0]) or real(*a, **kw))
+    with pytest.raises(QueryFileError) as ei:
+        load_queries(tmp_path / 'queries.jsonl', qrels=tmp_path / 'qrels.tsv', known_doc_ids=known)
+    msg = str(ei.value)
+    assert len(calls) == 25                                            # suggestions for the 25 problems printed, not for all 40
+    assert msg.count('did you mean') == 25 and "line 2: query 'q0': unknown doc id 'paper-000z' (did you mean 'paper-000'?)" in msg
+    assert '... and 15 more' in msg
+    # a suggestion is quoted like the id itself: at most 60 characters
+    assert data_io._unknown(long_id + 'z', known) == f"unknown doc id {data_io.short_repr(long_id + 'z')} (did you mean {data_io.short_repr(long_id)}?)"
+    assert len(data_io.short_repr(long_id)) == 60 and 'x' * 100 not in data_io._unknown(long_id + 'z', known)

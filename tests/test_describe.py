@@ -100,15 +100,18 @@ def test_chat_stops_asking_a_dead_endpoint(server, paper, tmp_path):
     assert d.n_requests == 2 and len(server.requests) == 2
     assert any('failed for 2 figures in a row' in w for w in warns)
 
-def test_chat_429_is_retried_through_the_backend_then_cached(paper, tmp_path):
+def test_chat_429_is_retried_through_the_backend_then_cached(paper, tmp_path, monkeypatch):
     "A 429 (with Retry-After: 0) is retried by the LLM backend; the answer is cached, so describing again sends nothing."
+    import types, docbench_nb.llm as L
+    slept = []                                              # the backoff the client chose, recorded rather than timed
+    monkeypatch.setattr(L, 'time', types.SimpleNamespace(**{**{k: getattr(time, k) for k in ('monotonic', 'perf_counter', 'time')},
+                                                            'sleep': lambda s: (slept.append(s), time.sleep(s))[1]}))
     with ScriptedChatServer([{'status': 429, 'headers': {'Retry-After': '0'}}],
                             default=lambda req: StubChatServer.describe(req, {})) as srv:
         d = ChatDescriber('stub-vl', base_url=srv.base_url, cache_dir=tmp_path / 'cache', api_key='', retries=2, backoff=5.0,
                           on_error='raise')
-        t0 = time.perf_counter()
         out = d.describe(paper, paper.figures[0])
-        assert time.perf_counter() - t0 < 4                # Retry-After: 0 was honoured, not the 5 s backoff
+        assert slept == [0.0]                               # Retry-After: 0 was honoured, not the 5 s backoff
         assert out.startswith('stub-vl saw 1 image(s): image of ') and srv.n_calls == 2 and d.n_requests == 2
         assert srv.requests[0]['json']['messages'] == srv.requests[1]['json']['messages']     # the same request, again
         again = ChatDescriber('stub-vl', base_url=srv.base_url, cache_dir=tmp_path / 'cache', api_key='')

@@ -162,6 +162,19 @@ def test_last_token_pooling_independent_of_padding(tiny_decoder, side):
     np.testing.assert_allclose(enc.encode_queries(['x']), enc.encode_units([enc.query_prefix + 'x']), atol=1e-6)
 
 
+@pytest.mark.slow
+def test_decoder_path_equals_sentence_transformers(tiny_decoder):
+    """The decoder-embedding path (last-token pooling, an instruction prompt for queries, normalisation) gives the
+    vectors sentence-transformers gives for the same folder: queries with the prompt, documents without."""
+    st = pytest.importorskip('sentence_transformers')
+    ref = st.SentenceTransformer(str(tiny_decoder), device='cpu')
+    enc = HFTextEncoder(str(tiny_decoder))
+    texts = PASSAGES[:6]
+    np.testing.assert_allclose(enc.encode_units(texts, batch_size=4), ref.encode(texts, batch_size=4, prompt_name='document'), atol=1e-5)
+    np.testing.assert_allclose(enc.encode_queries(texts[:3]), ref.encode(texts[:3], prompt_name='query'), atol=1e-5)
+    assert not np.allclose(enc.encode_queries(texts[:1]), enc.encode_units(texts[:1]), atol=1e-3)   # the prompt matters
+
+
 def test_pool_hidden_last_and_mean():
     h = torch.randn(3, 5, 4)
     mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])

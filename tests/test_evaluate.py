@@ -4,6 +4,7 @@ from pathlib import Path
 from docbench_nb.cli import main
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
 from docbench_nb.evaluation import evaluate, load_papers
+ROOT = Path(__file__).resolve().parents[1]
 
 KEYS = {'config', 'n_docs', 'n_units', 'index_bytes', 'overall', 'by_evidence_type', 'by_level', 'per_query', 'timings'}
 METRICS = {'ndcg@10', 'recall@1', 'recall@5', 'recall@10', 'mrr@10'}
@@ -43,7 +44,9 @@ def test_demo_command_runs(tmp_path):
     assert 'nDCG@10(L0)' in r.stdout
     res = {p.stem: json.loads(p.read_text()) for p in (tmp_path / 'out').glob('*.json')}
     assert set(res) == {'demo-bm25', 'demo-dense', 'demo-hybrid'}
-    for k, v in res.items(): assert v['overall']['ndcg@10'] > 0.6, (k, v['overall'])
+    committed = {f'demo-{r}': json.loads((ROOT / 'results' / 'grid_demo' / f'text__{r}__256.json').read_text())['overall']['ndcg@10']
+                 for r in ('bm25', 'dense', 'hybrid')}                      # the committed grid, same configuration
+    for k, v in res.items(): assert v['overall']['ndcg@10'] == pytest.approx(committed[k], abs=0.005), (k, v['overall'])
     # hybrid stores both indexes
     assert res['demo-hybrid']['index_bytes'] == res['demo-bm25']['index_bytes'] + res['demo-dense']['index_bytes']
 

@@ -1,5 +1,6 @@
 "Late interaction: exact MaxSim index against brute force, storage accounting, persistence, MiniLM token retrieval."
-import json, re, zlib
+import json, re, shutil, zlib
+from pathlib import Path
 import numpy as np
 import pytest
 from docbench_nb.records import Unit, Query
@@ -256,3 +257,39 @@ def test_chunked_index_and_mmap_identical_on_real_papers(shared_dir, tmp_path, m
     for q in qids:
         assert c.ranking(q) == a.ranking(q)
         assert c.scores[q] == pytest.approx(a.scores[q], abs=1e-5)
+
+
+# ---- ColBERT / PyLate checkpoints: equal to PyLate's own vectors and scores --------------------------------------
+FIXTURES = Path(__file__).resolve().parent / 'fixtures'
+
+def test_colbert_checkpoint_equals_pylate():
+    "Token vectors (shapes included) and MaxSim scores of the tiny PyLate checkpoint equal PyLate's to 1e-5."
+    from docbench_nb.late import token_encoder, ColBERTEncoder
+    ref = np.load(FIXTURES / 'tiny-colbert-ref.npz'); t = json.loads(str(ref['texts']))
+    enc = token_encoder(str(FIXTURES / 'tiny-colbert'))
+    assert isinstance(enc, ColBERTEncoder) and enc.dim == 8 and enc.query_length == 12
+    D, Q = enc.encode_units(t['docs'], batch_size=2), enc.encode_queries(t['queries'], batch_size=3)
+    for i, x in enumerate(D):
+        assert x.shape == ref[f'doc{i}'].shape, i                       # skiplist and [D] marker as PyLate keeps them
+        np.testing.assert_allclose(x, ref[f'doc{i}'], atol=1e-5)
+    for i, x in enumerate(Q):
+        assert x.shape == (12, 8)                                         # [Q] + text + [MASK] expansion to query_length
+        np.testing.assert_allclose(x, ref[f'query{i}'], atol=1e-5)
+    S = np.array([[(q @ d.T).max(1).sum() for d in D] for q in Q])
+    np.testing.assert_allclose(S, ref['scores'], atol=1e-5)
+
+def test_colbert_spec_through_the_registry_and_refusals(tmp_path):
+    "`late:FOLDER` on a ColBERT checkpoint uses its projection; options it cannot honour and plain hidden states are refused."
+    from docbench_nb.retrievers import make_retriever
+    from docbench_nb.late import HFTokenEncoder
+    r = make_retriever(f"late:{FIXTURES / 'tiny-colbert'}", cache_dir=tmp_path)
+    assert type(r.encoder).__name__ == 'ColBERTEncoder' and r.encoder.dim == 8 and r.window == 40
+    with pytest.raises(ValueError, match='do not apply to a ColBERT checkpoint'):
+        make_retriever(f"late:{FIXTURES / 'tiny-colbert'}?dim=4", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match='refuses rather than approximate'):
+        HFTokenEncoder(str(FIXTURES / 'tiny-colbert'))
+    bad = tmp_path / 'act'; shutil.copytree(FIXTURES / 'tiny-colbert', bad)
+    cfg = json.loads((bad / '1_Dense' / 'config.json').read_text()); cfg['activation_function'] = 'torch.nn.modules.activation.Tanh'
+    (bad / '1_Dense' / 'config.json').write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match='identity only'):
+        make_retriever(f'late:{bad}', cache_dir=tmp_path)

@@ -20,6 +20,7 @@ def test_ray_dense_equals_local_and_embeds_in_actors(tmp_path):
                                   cache_dir=tmp_path / 'ray', num_cpus=2, actors=2, progress=False, log=lambda m: None)
     eng = res.config['engine']
     assert eng['parse']['parsed'] == 21 and eng['embed']['embedded'] == eng['embed']['units'] > 0
+    assert eng['driver_parsed'] == 0 and eng['driver_embedded'] == 0   # counted: every vector came from the actors
     shards = _shards(tmp_path / 'ray')
     assert shards                                               # written by the driver from the actors' batches
     again = evaluate(demo_corpus_dir(), demo_queries_path(), retriever='dense', chunk_size=512, cache_dir=tmp_path / 'ray',
