@@ -41,6 +41,7 @@ def corpus_sources(paths, cmd: str, quiet: bool = False) -> list:
     return srcs
 
 def cmd_parse(args) -> int:
+    "`docbench parse`: one line (or JSON record) per paper; exit 1 when a source fails."
     from docbench_nb.parse import paper_summary
     from docbench_nb.evaluation import load_papers
     srcs = corpus_sources(args.src, 'parse')
@@ -60,6 +61,7 @@ def cmd_parse(args) -> int:
 
 # %% ../nbs/16_cli.ipynb #293d5388
 def cmd_retrievers(args) -> int:
+    "`docbench retrievers`: every retriever kind and describer with its options."
     from docbench_nb.retrievers import retriever_help
     from docbench_nb.represent import describer_help
     print('Retrievers (--retriever SPEC; grammar kind[:model][?key=value&...][+inner]):\n' + retriever_help())
@@ -67,6 +69,7 @@ def cmd_retrievers(args) -> int:
     return 0
 
 def cmd_evaluate(args) -> int:
+    "`docbench evaluate`: one configuration on a corpus and a query file; prints the table, saves the result."
     from docbench_nb.evaluation import evaluate, format_result
     from docbench_nb.retrievers import check_retriever_spec
     if args.retriever == 'help': return cmd_retrievers(args)
@@ -99,6 +102,7 @@ def cmd_evaluate(args) -> int:
 
 # %% ../nbs/16_cli.ipynb #16bc0eb5
 def cmd_compare(args) -> int:
+    "`docbench compare A B ...`: saved results side by side, a column per metric and level, significance letters."
     from docbench_nb.result import load_result, compare_report, format_report
     res = [load_result(p, with_run=False) for p in args.results]
     names = [n.strip() for n in args.names.split(',')] if args.names else [Path(p).name.removesuffix('.json') for p in args.results]
@@ -145,6 +149,7 @@ def read_grid_config(path) -> dict:
 
 # %% ../nbs/16_cli.ipynb #9afb188e
 def cmd_grid(args) -> int:
+    "`docbench grid`: the representation x retriever x chunk x pixel-budget grid, resumable, with its table and plot."
     from docbench_nb.experiment import grid
     cfg = read_grid_config(args.config) if args.config else {}
     for k in GRID_KEYS:
@@ -164,6 +169,7 @@ def cmd_grid(args) -> int:
 
 # %% ../nbs/16_cli.ipynb #dd01a5f0
 def cmd_demo(args) -> int:
+    "`docbench demo`: BM25 / dense / hybrid on the embedded demo corpus, offline."
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     from docbench_nb.evaluation import evaluate, format_result, load_papers
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=args.cache_dir, progress=not args.quiet)
@@ -181,6 +187,7 @@ def cmd_demo(args) -> int:
 
 # %% ../nbs/16_cli.ipynb #4ec57dfa
 def cmd_docs(args) -> int:
+    "`docbench docs`: execute every notebook and build the offline docs site."
     from docbench_nb.docs import build_site
     st = build_site(args.nbs, args.out, execute=not args.no_execute, workers=args.workers)
     print(f"site: {st['pages']} pages, {st['bytes']/1e6:.1f} MB in {st['out']}")
@@ -188,6 +195,7 @@ def cmd_docs(args) -> int:
 
 # %% ../nbs/16_cli.ipynb #e80b9d47
 def cmd_stats(args) -> int:
+    "`docbench stats`: corpus statistics (tokens, pages, figures, tables per paper)."
     from docbench_nb.stats import corpus_stats_summary
     if not Path(args.corpus).exists(): raise FileNotFoundError(f"no such file or folder: {args.corpus}")
     d = corpus_stats_summary(args.corpus, cache_dir=args.cache_dir, pages=args.pages, progress=not args.quiet)

@@ -21,7 +21,9 @@ def notebook_title(nb) -> str:
             if m: return m.group(1).strip()
     return ''
 
-def _page_name(p: Path) -> str: return 'index.html' if p.stem == 'index' else p.stem + '.html'
+def _page_name(p: Path) -> str:
+    "The page file of notebook `p`: `index.html`, `<stem>.html`, or `guide-<stem>.html` for the user guide's notebooks."
+    return 'index.html' if p.stem == 'index' else ('guide-' if Path(p).parent.name == 'guide' else '') + p.stem + '.html'
 
 # %% ../nbs/17_docs.ipynb #7be0abab
 def read_site_config(path) -> dict:
@@ -388,7 +390,7 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
     Title and sidebar come from `config` (default: `_quarto.yml` beside `nbs_path`, if present)."""
     nbs_path, out = Path(nbs_path), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
+    paths = sorted(p for p in [*nbs_path.glob('*.ipynb'), *nbs_path.glob('guide/*.ipynb')] if not p.name.startswith('_'))   # + the user guide
     paths = sorted(paths, key=lambda p: (p.stem != 'index', p.name))
     if only: paths = [p for p in paths if p.stem in only or p.name in only]
     config = Path(config) if config is not None else nbs_path.parent / '_quarto.yml'
@@ -406,7 +408,7 @@ def build_site(nbs_path='nbs', out_dir='_site', execute=True, timeout=900, kerne
     index = [{'title': d[0], 'url': _page_name(p), 'text': d[2]} for p, d in zip(paths, done)]
     (out / 'search.json').write_text(json.dumps(index, ensure_ascii=False), encoding='utf-8')
     (out / 'search_index.js').write_text('window.DOCS_INDEX=' + json.dumps(index, ensure_ascii=False) + ';\n', encoding='utf-8')
-    base, names = _doc_base(), {re.sub(r'^\d+[a-z]*_', '', p.stem): _page_name(p) for p in paths}
+    base, names = _doc_base(), {re.sub(r'^\d+[a-z]*_', '', p.stem): _page_name(p) for p in paths if p.parent.name != 'guide'}
     for p, (title, body, _, _) in zip(paths, done):
         body = local_links(body, names, base)
         nav = ''.join((f'<div class="sec">{html.escape(name)}</div>' if name else '') +

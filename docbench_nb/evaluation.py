@@ -147,6 +147,10 @@ def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PA
     on `workers` processes (default: every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Ids and
     roots come from the caller, never from the cache. Returns `(papers, errors)` in source order."""
     srcs, ids = _named_sources(srcs)
+    names = [_printable(i if i is not None else latex.paper_id_from_path(s)) for s, i in zip(srcs, ids)]
+    clash = {n: [s for s, m in zip(srcs, names) if m == n] for n in names if names.count(n) > 1}
+    if clash: raise ValueError("paper ids must be unique; " + '; '.join(f"{n!r} is the id of {', '.join(map(str, v))}" for n, v in clash.items())
+                               + " (rename a folder, or pass {id: source})")
     root = stage_dir('papers', cache_dir)
     keys = [source_key(s) for s in srcs]
     entries = {k: read_json_entry(root / f'{k}.json') for k in dict.fromkeys(keys)}
@@ -154,7 +158,8 @@ def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PA
     first = {}
     for i, k in enumerate(keys):
         if out[i] is None: first.setdefault(k, i)           # identical sources are parsed once
-    todo = sorted(first.values())
+    todo, same = sorted(first.values()), {}
+    for i, k in enumerate(keys): same.setdefault(k, []).append(i)
     for j, rec in imap_bounded(_parse_one, [(srcs[i], cache_dir, ids[i]) for i in todo], workers=workers, time_limit=time_limit,
                                memory_mb=memory_mb, desc=f'parse ({len(srcs) - len(todo)} cached)', progress=progress):
         i, failure = todo[j], None
@@ -162,7 +167,7 @@ def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PA
             failure, rec = rec, PaperError(_printable(ids[i] or latex.paper_id_from_path(srcs[i])), f'parse {rec.reason}', _printable(str(srcs[i])))
         _store(root / f'{keys[i]}.json', rec, failure, time_limit, memory_mb, origin=srcs[i])
         d = {'origin': _printable(str(srcs[i]))}
-        for i2 in (x for x, k in enumerate(keys) if k == keys[i] and out[x] is None):
+        for i2 in (x for x in same[keys[i]] if out[x] is None):
             out[i2] = rec if i2 == i else _bind(type(rec).from_dict(rec.to_dict()), d, srcs[i2], ids[i2])
         if isinstance(rec, PaperError):                   # a failed archive keeps no expanded tree in the source cache
             with contextlib.suppress(OSError): latex.remove_unpacked(srcs[i], cache_dir)
@@ -228,15 +233,15 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
                     overlap=overlap, progress=progress, cache_dir=cache_dir, workers=workers, **represent_kw)
     units = rep.units
     timings['represent_s'] = time.time() - t; t = time.time()
-    warnings = pre_warnings + rep.all_warnings()
+    warns = pre_warnings + rep.all_warnings()
     render_paths = rep.render_path_counts()
     if ret.window and chunk_size > ret.window:
-        warnings.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "
+        warns.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "
                         f"the first {ret.window} tokens of each chunk")
     ret.index(units, progress=progress)
     timings['index_s'] = time.time() - t; t = time.time()
     if ret.dropped:
-        warnings.append(f"{len(ret.dropped)} of {len(units)} units had no text after OCR and were not indexed")
+        warns.append(f"{len(ret.dropped)} of {len(units)} units had no text after OCR and were not indexed")
     run = ret.search(qs, k=k)
     timings['search_s'] = time.time() - t; t = time.time()
     cut = lambda xs: tuple(x for x in xs if x <= k)          # no metric deeper than the run: at k = 5 no ndcg@10 or mrr@10
@@ -245,14 +250,15 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     timings['peak_rss_mb'] = _peak_rss_mb()
     spec = retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__)
     extra = {key: v for key, v in represent_kw.items() if key != 'describer'}
-    given_list = srcs is not None and not isinstance(corpus, (str, os.PathLike))
-    prov = provenance(papers, queries, ret, sources=srcs if given_list else None,
+    sources = [os.path.abspath(x) for x in srcs] if srcs is not None else None       # resolved: reproducible from any folder
+    prov = provenance(papers, queries, ret, sources=sources,
                       context={'levels': list(levels), 'workers': workers, 'device': device, 'cache_dir': str(cache_root(cache_dir))})
     return Result.from_dict({'config': {'corpus': str(corpus), 'queries': str(queries), 'representation': representation,
                        'describer': desc.name if desc is not None else None,
+                       'describer_spec': describer if isinstance(describer, str) or describer is None else None,
                        'retriever': spec, 'chunk_size': chunk_size, 'chunk_size_from': chunk_from, 'overlap': overlap, 'k': k, **extra},
             'n_docs': len(papers), 'n_units': len(units), 'n_queries': len(qs), 'index_bytes': int(ret.index_bytes),
-            'parse_errors': [e.to_dict() for e in errors], 'warnings': warnings,
+            'parse_errors': [e.to_dict() for e in errors], 'warnings': warns,
             **({'render_paths': render_paths} if render_paths else {}),
             **{key: res[key] for key in ('overall', 'by_evidence_type', 'by_level')},
             'per_query': res['per_query'], 'timings': timings, 'provenance': prov, **({'training': training} if training else {}),

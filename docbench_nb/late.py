@@ -71,11 +71,16 @@ def _json_file(p):
 def colbert_features(folder) -> list:
     "What makes `folder` a ColBERT/PyLate checkpoint rather than a plain encoder: projection layers, markers, query expansion."
     folder = Path(folder); found = []
-    for m in (_json_file(folder/'modules.json') or []):
-        if str(m.get('type', '')).rsplit('.', 1)[-1] == 'Dense':
+    st = _json_file(folder/'config_sentence_transformers.json') or {}
+    modules = sorted(_json_file(folder/'modules.json') or [], key=lambda m: m.get('idx', 0))
+    kinds = [str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]
+    colbert = st.get('model_type') == 'ColBERT' or any(str(m.get('type', '')).startswith('pylate.') for m in modules) or \
+              (kinds[:2] == ['Transformer', 'Dense'] and 'Pooling' not in kinds)     # token-level projection, no pooling
+    for m, k in zip(modules, kinds):
+        if colbert and k == 'Dense':
             dc = _json_file(folder/m.get('path', '')/'config.json') or {}
             found.append(f"projection layer {m.get('path')} ({dc.get('in_features', '?')} -> {dc.get('out_features', '?')})")
-    st = _json_file(folder/'config_sentence_transformers.json') or {}
+    if (folder/'artifact.metadata').is_file(): found.append('a Stanford ColBERT checkpoint (artifact.metadata)')
     for k in ('query_prefix', 'document_prefix'):
         if st.get(k): found.append(f"{k} {st[k]!r}")
     if st.get('query_length') or st.get('do_query_expansion'):
@@ -165,10 +170,13 @@ class ColBERTEncoder:
         self.prefix_ids = {side: self._prefix_id(st.get(key, default)) for side, key, default in
                            (('queries', 'query_prefix', '[Q] '), ('units', 'document_prefix', '[D] '))}
         words = st.get('skiplist_words', list(string.punctuation))
-        self.skiplist = {self.tokenizer.convert_tokens_to_ids(w) for w in words}
+        self.skiplist = {i for i in (self.tokenizer.convert_tokens_to_ids(w) for w in words) if i is not None}
         self.mask_id = self.tokenizer.mask_token_id
         if self.expand and self.mask_id is None: raise ValueError(f"{self.folder}: query expansion needs a [MASK] token; the tokenizer has none")
         self.dim = int(self.dense[-1].weight.shape[0]) if self.dense else int(self.model.config.hidden_size)
+        self.document_length = self.max_length         # tokens PyLate keeps per document, [CLS], marker and [SEP] included
+        self.max_length -= len(self.tokenizer('x', add_special_tokens=True)['input_ids']) - len(self.tokenizer('x', add_special_tokens=False)['input_ids']) \
+                           + (self.prefix_ids['units'] is not None)   # the content window: what chunking may fill
         self.batch_size, self._fingerprint = batch_size, None
         self.name = model_slug(str(model).rstrip('/').split('/')[-1]) + '-colbert'
 
@@ -219,7 +227,7 @@ def _batch(self: ColBERTEncoder, texts, side):
     "PyLate's `tokenize`: strip (and lower-case), truncate to length - 1, pad queries with [MASK], insert the marker after [CLS]."
     import torch
     query = side == 'queries'
-    pid, length = self.prefix_ids[side], (self.query_length if query else self.max_length)
+    pid, length = self.prefix_ids[side], (self.query_length if query else self.document_length)
     texts = [t.strip().lower() if self.lower else t.strip() for t in texts]
     pad_id = self.tokenizer.pad_token_id
     if query and self.expand: self.tokenizer.pad_token_id = self.mask_id
@@ -286,6 +294,11 @@ def fingerprint(self: HFTokenEncoder) -> str:
                                    dtype=str(self.model.dtype)), sort_keys=True)
         self._fingerprint = f"{self.name}-tok-{hashlib.sha256((folder_digest(self.folder) + settings).encode()).hexdigest()[:20]}"
     return self._fingerprint
+
+@patch
+def is_punct_id(self: HFTokenEncoder, i: int) -> bool:
+    "Whether token id `i` is made only of punctuation/symbols (what `skip_punct` drops)."
+    return self._punct_id(i)
 
 @patch
 def _punct_id(self: HFTokenEncoder, i: int) -> bool:

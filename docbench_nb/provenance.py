@@ -54,7 +54,12 @@ def corpus_digest(papers, sources=None) -> dict:
     return {'sha256': h, 'n_papers': len(per), 'papers': per, **({'sources': [str(s) for s in sources]} if sources else {})}
 
 def queries_digest(queries) -> dict:
-    "The SHA-256 of a query file's bytes (or of the JSON of an in-memory query list)."
+    "The SHA-256 of a query file's bytes, of every file of a BEIR folder (names and bytes), or of an in-memory query list's JSON."
+    if isinstance(queries, (str, os.PathLike)) and Path(queries).is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p for p in Path(queries).rglob('*') if p.is_file() and not p.is_symlink()):
+            h.update(str(f.relative_to(queries)).encode('utf-8', 'surrogateescape') + b'\0' + file_sha256(f).encode() + b'\0')
+        return {'path': str(queries), 'sha256': h.hexdigest()}
     if isinstance(queries, (str, os.PathLike)): return {'path': str(queries), 'sha256': file_sha256(queries)}
     blob = json.dumps([q.to_dict() if hasattr(q, 'to_dict') else q for q in queries], sort_keys=True, ensure_ascii=False)
     return {'path': None, 'sha256': hashlib.sha256(blob.encode()).hexdigest()}
@@ -108,6 +113,7 @@ def training_records(retriever) -> list:
             enc = getattr(r, attr, None); folder = getattr(enc, 'folder', None)
             if folder is not None and (Path(folder) / TRAIN_RECORD).is_file():
                 out.append((str(getattr(enc, 'name', folder)), json.loads((Path(folder) / TRAIN_RECORD).read_text())))
+            if enc is not None: todo.append(enc)             # an OCR encoder holds its own text encoder
         todo += [getattr(r, 'retriever', None), *(getattr(r, 'retrievers', None) or [])]
     return out
 

@@ -13,11 +13,11 @@ from .queries import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES, 
 from .qfilter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
 from .qgen import (generate_stage, decontextualize_stage, verify_stage, naturalize_stage, rephrase_stage,
                               false_negative_stage)
-from .review import STAGES, attrition, attrition_table, review_html, import_review
+from .review import STAGES, attrition, attrition_table, review_html, import_review, write_attrition
 
 # %% auto #0
-__all__ = ['select_papers', 'stage_costs', 'plot_attrition_counts', 'dropped_html', 'write_review', 'build_queries',
-           'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
+__all__ = ['select_papers', 'stage_costs', 'dropped_html', 'write_review', 'build_queries', 'rephrase_queries',
+           'check_false_negatives', 'add_queries_parser']
 
 # %% ../nbs/14d_qbuild.ipynb #efd41770
 def _papers(corpus, cache_dir, papers, progress: bool = False):
@@ -57,29 +57,6 @@ def _decisions_template(drafts, path):
     atomic_write(path, buf.getvalue())
 
 # %% ../nbs/14d_qbuild.ipynb #fdf4269e
-def plot_attrition_counts(att: dict, ax=None):
-    """Items left after each stage, one line per evidence type, on a symlog axis (linear below 1) so that 0 sits at 0,
-    every point labelled with its count. Returns the axes."""
-    import matplotlib.pyplot as plt
-    df = attrition_table(att)
-    if ax is None: _, ax = plt.subplots(figsize=(8, 3.5))
-    for t in att['types']:
-        ax.plot(range(len(df)), df[t], marker='o', label=t)
-        for x, v in enumerate(df[t]): ax.annotate(str(int(v)), (x, v), textcoords='offset points', xytext=(0, 5), ha='center', fontsize=7)
-    ax.set_xticks(range(len(df))); ax.set_xticklabels(df.index, rotation=30, ha='right')
-    ax.set_yscale('symlog', linthresh=1); ax.set_ylim(bottom=0)
-    ax.set_ylabel('queries left (0 at 0; log above 1)'); ax.set_title('Query attrition per stage'); ax.legend()
-    return ax
-
-def _write_attrition(att: dict, out: Path) -> dict:
-    import io, matplotlib; matplotlib.use('Agg', force=False)
-    import matplotlib.pyplot as plt
-    atomic_write_json(out / 'attrition.json', att, indent=1)
-    ax = plot_attrition_counts(att); ax.figure.tight_layout()
-    buf = io.BytesIO(); ax.figure.savefig(buf, format='png', dpi=100); plt.close(ax.figure)
-    atomic_write(out / 'attrition.png', buf.getvalue())
-    return {'json': str(out / 'attrition.json'), 'plot': str(out / 'attrition.png')}
-
 def dropped_html(records: Sequence[StageRecord]) -> str:
     """The review sheet's account of what did not survive: a table of every candidate a stage after extraction dropped
     (stage, id, type, reason, the query it had), and the extraction's unused evidence counted by reason."""
@@ -159,7 +136,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
     atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
     att = attrition(all_recs)
     att['cost'] = stage_costs(all_recs, timings)
-    paths = _write_attrition(att, out)
+    paths = write_attrition(att, out)
     write_review(drafts, ev_by_id, all_recs, out / 'review.html')
     _decisions_template(drafts, out / 'decisions.csv')
     return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),

@@ -20,7 +20,7 @@ from .evaluation import (source_key, evaluate, corpus_sources, PARSE_TIME_LIMIT,
 from .workers import map_bounded, WorkFailure
 
 # %% auto #0
-__all__ = ['ray_available', 'start_ray', 'ray_parse', 'text_encoder_of', 'ray_embed', 'cached_vector_count', 'evaluate_ray']
+__all__ = ['ray_available', 'start_ray', 'ray_parse', 'text_encoder_of', 'ray_embed', 'evaluate_ray']
 
 # %% ../nbs/08d_ray.ipynb #ray00004
 def ray_available() -> bool:
@@ -121,7 +121,7 @@ def ray_embed(papers, representation, spec, chunk_size, cache_dir=None, max_pixe
     import ray
     enc = text_encoder_of(_retriever(spec, cache_dir, max_pixels))
     if enc is None:
-        log(f"ray embed: {spec!r} has no text encoder to run in actors; it embeds locally"); return {'embedded': 0}
+        log(f"ray embed: {spec!r} has no text encoder to run in actors; it embeds locally"); return {'embedded': 0, 'missing_after': 0}
     items = [{'paper': p.to_json()} for p in papers]
     units = ray.data.from_items(items, override_num_blocks=min(len(items), 200)).flat_map(
         _unit_rows, fn_kwargs=dict(representation=representation, spec=spec, chunk_size=chunk_size, cache_dir=cache_dir,
@@ -136,15 +136,11 @@ def ray_embed(papers, representation, spec, chunk_size, cache_dir=None, max_pixe
         meta = dict(name=getattr(enc, 'name', ''), dim=int(enc.dim), fingerprint=fp)
         for b in out.iter_batches(batch_size=None, batch_format='numpy'):
             cache.put(fp, [str(k) for k in b['key']], np.asarray(b['vec'], dtype=np.float32), meta=meta)
-    log(f"ray embed: {len(texts)} distinct unit texts, {len(missing)} embedded in {actors} actor(s)")
-    return {'units': len(texts), 'embedded': len(missing)}
+    after = len(set(texts) - set(cache.lookup(fp, list(texts))))           # counted from the cache, not assumed
+    log(f"ray embed: {len(texts)} distinct unit texts, {len(missing)} embedded in {actors} actor(s), {after} still missing")
+    return {'units': len(texts), 'embedded': len(missing), 'missing_after': after}
 
 # %% ../nbs/08d_ray.ipynb #ray00009
-def cached_vector_count(cache_dir=None) -> int:
-    "Vectors stored in the embedding cache (rows of every shard): counts what a stage embedded, whoever ran it."
-    root = stage_dir('embeddings', cache_dir)
-    return sum(int(np.load(f, mmap_mode='r').shape[0]) for f in root.rglob('*.vecs.npy')) if root.is_dir() else 0
-
 def _paper_entries(cache_dir=None) -> int:
     root = stage_dir('papers', cache_dir)
     return sum(1 for _ in root.glob('*.json')) if root.is_dir() else 0
@@ -167,9 +163,9 @@ def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk
     finally:
         if started:
             import ray; ray.shutdown()
-    before = cached_vector_count(cache_dir)
+    missing = stats['embed'].get('missing_after')                           # unit vectors still absent after the actors ran
     res = evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir, progress=progress, **kw)
-    stats['driver_embedded'] = cached_vector_count(cache_dir) - before      # what the local pass had to embed itself
+    stats['driver_embedded'] = missing or 0      # unit vectors the cache lacked when the local pass began: it embedded them
     stats['driver_parsed'] = _paper_entries(cache_dir) - parsed_before      # ... and to parse itself
     res.config['engine'] = {'name': 'ray', 'address': address, 'actors': actors, **stats}
     return res

@@ -14,13 +14,18 @@ from .evaluation import evaluate, load_papers
 __all__ = ['compare_per_query', 'reproduce', 'format_reproduction', 'add_reproduce_parser', 'cmd_reproduce']
 
 # %% ../nbs/08e_reproduce.ipynb #9aa62e2e
-_RERUN_KEYS = ('representation', 'retriever', 'chunk_size', 'overlap', 'k', 'describer', 'max_pixels', 'max_pages')
+_RERUN_KEYS = ('representation', 'retriever', 'chunk_size', 'overlap', 'k', 'max_pixels', 'max_pages')
 
-def _rerun_kwargs(config: dict, prov: dict) -> dict:
-    "The `evaluate` arguments a result's config and provenance record."
+def _rerun_kwargs(config: dict, prov: dict, training=None) -> dict:
+    "The `evaluate` arguments a result's config and provenance record; a describer given as an object cannot be rerun."
     kw = {k: config[k] for k in _RERUN_KEYS if config.get(k) is not None}
+    if config.get('describer') is not None:
+        if not config.get('describer_spec'): raise ValueError(f"the result's describer {config['describer']!r} was given as an object, "
+                                                              "not a spec string; it cannot be rebuilt faithfully")
+        kw['describer'] = config['describer_spec']
     levels = (prov.get('context') or {}).get('levels')
     if levels: kw['levels'] = tuple(levels)
+    if training and training.get('allow_overlap'): kw['allow_overlap'] = True
     return kw
 
 def compare_per_query(old: list, new: list) -> dict:
@@ -30,7 +35,8 @@ def compare_per_query(old: list, new: list) -> dict:
     diff, worst = [], 0.0
     for q in sorted(set(a) & set(b)):
         d = max((abs((a[q].get(m) or 0) - (b[q].get(m) or 0)) for m in metrics), default=0.0)
-        if d > 0 or a[q].get('rank') != b[q].get('rank') or a[q].get('gold') != b[q].get('gold'): diff.append(q)
+        nan = any((a[q].get(m) != a[q].get(m)) != (b[q].get(m) != b[q].get(m)) for m in metrics)     # NaN on one side only
+        if d > 0 or nan or a[q].get('rank') != b[q].get('rank') or a[q].get('gold') != b[q].get('gold'): diff.append(q)
         worst = max(worst, d)
     return {'n_queries': len(set(a) | set(b)), 'n_identical': len(set(a) & set(b)) - len(diff), 'differ': diff,
             'missing': sorted(set(a) - set(b)), 'new': sorted(set(b) - set(a)), 'max_abs_diff': worst}
@@ -51,9 +57,9 @@ def reproduce(result, corpus=None, queries=None, cache_dir=None, progress=True, 
     papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress, workers=workers)
     changed = {'corpus': diff_corpus(prov['corpus'], corpus_digest(papers)),
                'queries': queries_digest(queries)['sha256'] != prov['queries']['sha256']}
-    new = evaluate(corpus, queries, papers=papers, cache_dir=cache_dir, progress=progress, **_rerun_kwargs(c, prov))
+    new = evaluate(corpus, queries, papers=papers, cache_dir=cache_dir, progress=progress, **_rerun_kwargs(c, prov, res.extra.get('training')))
     now = new.extra['provenance']
-    old_m, new_m = ({m['role']: m['fingerprint'] for m in p['models']} for p in (prov, now))
+    old_m, new_m = ({f"{i}:{m['role']}:{m['name']}": m['fingerprint'] for i, m in enumerate(p['models'])} for p in (prov, now))
     changed['models'] = sorted(r for r in set(old_m) | set(new_m) if old_m.get(r) != new_m.get(r))
     changed['docbench'] = prov['docbench'].get('git_commit', prov['docbench'].get('version')) != now['docbench'].get('git_commit', now['docbench'].get('version'))
     changed['libraries'] = sorted(k for k in set(prov['libraries']) | set(now['libraries']) if prov['libraries'].get(k) != now['libraries'].get(k))
@@ -83,8 +89,7 @@ def add_reproduce_parser(sub):
     "`docbench reproduce RESULT.json [--corpus C] [--queries Q]`: exit 0 when identical, 1 when any query differs."
     r = sub.add_parser('reproduce', help='rerun a saved result from its recorded inputs and compare every query',
                        description='Rerun a saved result (its configuration and provenance) and report per-query equality, '
-                                   'or which input changed (papers, query file, model weights, code, libraries).',
-                       epilog='example: docbench reproduce results/bm25.json --cache-dir /tmp/fresh')
+                                   'or which input changed (papers, query file, model weights, code, libraries).')
     r.add_argument('result', help='a result JSON written by docbench evaluate/grid')
     r.add_argument('--corpus', default=None, help='corpus to use instead of the recorded one (e.g. the same papers moved)')
     r.add_argument('--queries', default=None, help='query file to use instead of the recorded one')

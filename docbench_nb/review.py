@@ -51,13 +51,17 @@ def attrition_table(att: dict):
     return df
 
 def plot_attrition(att: dict, ax=None):
-    "Items left after each stage, one line per evidence type (log scale). Returns the axes."
+    """Items left after each stage, one line per evidence type, on a symlog axis (linear below 1) so that 0 sits at 0,
+    every point labelled with its count. Returns the axes."""
     import matplotlib.pyplot as plt
     df = attrition_table(att)
     if ax is None: _, ax = plt.subplots(figsize=(8, 3.5))
-    for t in att['types']: ax.plot(range(len(df)), df[t].clip(lower=0.8), marker='o', label=t)
+    for t in att['types']:
+        ax.plot(range(len(df)), df[t], marker='o', label=t)
+        for x, v in enumerate(df[t]): ax.annotate(str(int(v)), (x, v), textcoords='offset points', xytext=(0, 5), ha='center', fontsize=7)
     ax.set_xticks(range(len(df))); ax.set_xticklabels(df.index, rotation=30, ha='right')
-    ax.set_yscale('log'); ax.set_ylabel('queries left'); ax.set_title('Query attrition per stage'); ax.legend()
+    ax.set_yscale('symlog', linthresh=1); ax.set_ylim(bottom=0)
+    ax.set_ylabel('queries left (0 at 0; log above 1)'); ax.set_title('Query attrition per stage'); ax.legend()
     return ax
 
 def write_attrition(att: dict, out_dir) -> dict:

@@ -16,8 +16,8 @@ from .provenance import text_digest, TRAIN_RECORD
 
 # %% auto #0
 __all__ = ['PAIR_KINDS', 'MIXES', 'TrainPair', 'sentences', 'llm_free_pairs', 'evidence_passage', 'query_pairs',
-           'train_retriever', 'train_dense', 'train_late', 'split_groups', 'mix_pairs', 'ablation', 'cmd_train',
-           'cmd_train_ablation', 'add_train_parser']
+           'train_retriever', 'train_dense', 'train_late', 'split_groups', 'mix_pairs', 'ablation', 'paired_p',
+           'cmd_train', 'cmd_train_ablation', 'add_train_parser']
 
 # %% ../nbs/15d_train.ipynb #32102007
 @dataclass
@@ -30,6 +30,7 @@ class TrainPair:
     level: int = 0                 # rephrasing level of `query` (query-file pairs)
     query_id: Optional[str] = None
     evidence: Optional[str] = None # the evidence excerpt the positive was matched to (query-file pairs)
+    siblings: list = field(default_factory=list)   # every level's text of the query's group (all recorded for the leakage guard)
 
 _SENT = re.compile(r'(?<=[.!?])\s+(?=[A-Z(\[])')
 def sentences(text: str) -> list:
@@ -132,7 +133,8 @@ def query_pairs(queries, papers: Sequence[Paper], rephrase_frac: float = 0.0, le
         else:
             alt = [v[l] for l in sorted(v) if l > 0]
             picks = [rng.choice(alt) if alt and rng.random() < rephrase_frac else base]
-        out += [TrainPair(q.text, pos, base.doc_ids[0], 'query', q.level, q.id, excerpt) for q in picks]
+        sib = [v[l].text for l in sorted(v)]
+        out += [TrainPair(q.text, pos, base.doc_ids[0], 'query', q.level, q.id, excerpt, sib) for q in picks]
     return out
 
 # %% ../nbs/15d_train.ipynb #0e8bfba1
@@ -150,13 +152,12 @@ def _batch_loss(enc, qs, ps, negs, temperature, kind='dense'):
     def emb(texts, prefix):
         b = enc.tokenizer([prefix + t for t in texts], padding=True, truncation=True, max_length=enc.max_length, return_tensors='pt').to(enc.device)
         return torch.nn.functional.normalize(pool_hidden(enc.model(**b).last_hidden_state, b['attention_mask'], enc.pooling), dim=1)
-    if kind == 'late': s = _maxsim_scores(enc, qs, ps + [n for n in negs if n])
-    else:
-        q, cols = emb(qs, enc.query_prefix), emb(ps + [n for n in negs if n], enc.passage_prefix)
-        s = q @ cols.T / temperature
-    same = torch.tensor([[a == b and i != j for j, b in enumerate(ps)] for i, a in enumerate(ps)])
-    s[:, :len(ps)] = s[:, :len(ps)].masked_fill(same, float('-inf'))      # a duplicate positive is not a negative
-    return torch.nn.functional.cross_entropy(s, torch.arange(len(qs)))
+    cols = ps + [n for n in negs if n]
+    if kind == 'late': s = _maxsim_scores(enc, qs, cols)
+    else: s = emb(qs, enc.query_prefix) @ emb(cols, enc.passage_prefix).T / temperature
+    same = torch.tensor([[c == p and i != j for j, c in enumerate(cols)] for i, p in enumerate(ps)], device=s.device)
+    s = s.masked_fill(same, float('-inf'))          # a column holding the query's own positive text is not a negative
+    return torch.nn.functional.cross_entropy(s, torch.arange(len(qs), device=s.device))
 
 def _token_matrix(enc, texts, max_length):
     "L2-normalised token vectors of `texts` from the raw hidden states, and the mask of tokens kept (no padding, specials, punctuation)."
@@ -164,7 +165,7 @@ def _token_matrix(enc, texts, max_length):
     b = enc.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors='pt').to(enc.device)
     h = torch.nn.functional.normalize(enc.model(**b).last_hidden_state, dim=-1)
     special = torch.tensor([[t in enc.tokenizer.all_special_ids for t in row] for row in b['input_ids'].tolist()], device=h.device)
-    punct = torch.tensor([[enc._punct_id(t) for t in row] for row in b['input_ids'].tolist()], device=h.device) if enc.skip_punct else torch.zeros_like(special)
+    punct = torch.tensor([[enc.is_punct_id(t) for t in row] for row in b['input_ids'].tolist()], device=h.device) if enc.skip_punct else torch.zeros_like(special)
     keep = b['attention_mask'].bool() & ~special & ~punct
     keep = torch.where(keep.any(1, keepdim=True), keep, b['attention_mask'].bool())   # a text of only punctuation keeps its tokens
     return h, keep
@@ -183,7 +184,7 @@ def _data_record(pairs) -> dict:
     rows = [[p.query, p.positive, p.doc_id, p.source] for p in pairs]
     return {'n_pairs': len(pairs), 'by_source': {s: sum(p.source == s for p in pairs) for s in sorted({p.source for p in pairs})},
             'sha256': hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest(),
-            'query_texts': sorted({text_digest(p.query) for p in pairs if p.source == 'query'}),
+            'query_texts': sorted({text_digest(t) for p in pairs if p.source == 'query' for t in [p.query, *p.siblings]}),
             'evidence': sorted({text_digest(p.evidence) for p in pairs if p.evidence}),
             'corpus_passages': sorted({p.doc_id for p in pairs if p.source != 'query'})}
 
@@ -210,7 +211,9 @@ def train_retriever(pairs: Sequence[TrainPair], out_dir, kind: str = 'dense', ba
     opt = torch.optim.AdamW(enc.model.parameters(), lr=lr)
     starts = [s for s in range(0, len(pairs), batch_size) if min(batch_size, len(pairs) - s) >= 2]   # batches of >= 2
     steps = epochs * len(starts)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup * steps)) * max(0.0, (steps - s) / steps))
+    if steps < 1: raise ValueError(f"train: epochs={epochs} and {len(pairs)} pairs make no step")
+    w = max(1, int(round(warmup * steps)))                    # linear warm-up to lr over w steps, then linear decay to 0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / w if s < w else max(0.0, (steps - s) / max(1, steps - w)))
     log, bar = [], tqdm(total=steps, desc='train', disable=not progress)
     for ep in range(epochs):
         order = list(range(len(pairs))); rng.shuffle(order)
@@ -249,10 +252,16 @@ MIXES = {'base': (), 'llm-free': ('llm-free',), 'queries': ('queries',), 'querie
          'llm-free+queries+rephrased': ('llm-free', 'queries-rephrased')}
 
 def split_groups(queries, frac: float = 0.5, seed: int = 0) -> tuple:
-    "`(train, test)` query records split by group (every level of a query stays on one side), seeded."
-    gs = sorted({q.group_id or q.id for q in queries}); random.Random(seed).shuffle(gs)
-    tr = set(gs[:int(round(len(gs) * frac))])
-    return [q for q in queries if (q.group_id or q.id) in tr], [q for q in queries if (q.group_id or q.id) not in tr]
+    """`(train, test)` query records split by group — every level of a query, and every query sharing an evidence excerpt,
+    stays on one side (the leakage guard would refuse an evaluation query whose evidence was trained on) — seeded."""
+    key = lambda q: 'ev:' + text_digest(q.meta['evidence_excerpt']) if q.meta.get('evidence_excerpt') else 'g:' + (q.group_id or q.id)
+    by_group = {}
+    for q in queries: by_group.setdefault(q.group_id or q.id, set()).add(key(q))
+    units = sorted({min(ks) for ks in by_group.values()})
+    random.Random(seed).shuffle(units)
+    tr = set(units[:int(round(len(units) * frac))])
+    side = {g: min(ks) in tr for g, ks in by_group.items()}
+    return [q for q in queries if side[q.group_id or q.id]], [q for q in queries if not side[q.group_id or q.id]]
 
 def mix_pairs(mix, papers, train_queries, per_paper=24, rephrase_frac=0.5, seed=0) -> list:
     "The training pairs of one data mix (`MIXES` values)."
@@ -265,10 +274,12 @@ def mix_pairs(mix, papers, train_queries, per_paper=24, rephrase_frac=0.5, seed=
     return out
 
 # %% ../nbs/15d_train.ipynb #1aea648b
-def ablation(corpus, queries, out_dir, mixes=tuple(MIXES), base: Optional[str] = None, chunk_size: int = 256, split: float = 0.5,
-             seed: int = 0, cache_dir=None, progress: bool = True, log=print, **train_kw) -> list:
-    """Train one model per mix in `mixes` on `corpus` + the training half of `queries`; evaluate every model (and the base)
-    on the held-out half. Writes `out_dir/<mix>/model`, `out_dir/<mix>.json` results and `out_dir/ablation.json`."""
+def ablation(corpus, queries, out_dir, mixes=tuple(MIXES), kind: str = 'dense', base: Optional[str] = None, chunk_size: int = 256,
+             split: float = 0.5, seed: int = 0, per_paper: int = 24, rephrase_frac: float = 0.5, cache_dir=None, progress: bool = True,
+             log=print, **train_kw) -> list:
+    """Train one `kind` model (dense | late) per mix in `mixes` on `corpus` + the training half of `queries`; evaluate every
+    model (and the base) on the held-out half. Writes `out_dir/<mix>/model`, `out_dir/<mix>.json` and `out_dir/ablation.json`
+    (rewritten after every mix, so an interrupted run keeps what it finished)."""
     from docbench_nb.data_io import load_queries
     from docbench_nb.evaluation import evaluate, load_papers
     from docbench_nb.result import compare
@@ -277,29 +288,33 @@ def ablation(corpus, queries, out_dir, mixes=tuple(MIXES), base: Optional[str] =
     qs = load_queries(queries, levels=(0, 1, 2, 3))
     train_q, test_q = split_groups(qs, split, seed)
     test_file, held = out / 'eval_queries.jsonl', {q.group_id or q.id for q in test_q}
-    test_file.write_text(''.join(l + '\n' for l in Path(queries).read_text(encoding='utf-8').splitlines()
+    test_file.write_text(encoding='utf-8', data=''.join(l + '\n' for l in Path(queries).read_text(encoding='utf-8').splitlines()
                                  if l.strip() and json.loads(l).get('id') in held))        # the held-out groups, as written
     rows, results = [], {}
     for name in mixes:
-        pairs = mix_pairs(MIXES[name], papers, train_q, seed=seed)
-        spec, rec = (f'dense:{base}' if base else 'dense'), None
+        pairs = mix_pairs(MIXES[name], papers, train_q, per_paper=per_paper, rephrase_frac=rephrase_frac, seed=seed)
+        spec, rec = (f'{kind}:{base}' if base else kind), None
         if pairs:
-            rec = train_dense(pairs, out / name / 'model', base=base, seed=seed, progress=progress, force=True, **train_kw)
-            spec = f"dense:{out / name / 'model'}"
+            rec = train_retriever(pairs, out / name / 'model', kind=kind, base=base, seed=seed, progress=progress, force=True, **train_kw)
+            spec = f"{kind}:{out / name / 'model'}"
         res = evaluate(corpus, test_file, retriever=spec, chunk_size=chunk_size, cache_dir=cache_dir, papers=papers, progress=progress)
         res.save(out / f'{name}.json'); results[name] = res
         rows.append({'mix': name, 'n_pairs': len(pairs), 'train_s': rec['train_s'] if rec else 0.0,
                      'peak_rss_mb': rec['peak_rss_mb'] if rec else None, **_level_row(res)})
         log(f"{name}: {len(pairs)} pairs, nDCG@10 L0 {res.overall.get('ndcg@10', float('nan')):.3f}")
-    if 'base' in results:
-        for r in rows:
-            if r['mix'] == 'base': continue
-            for l in range(4):
-                c = compare([results['base'], results[r['mix']]], levels=(l,), n_resamples=2000)
-                r[f'p_L{l}'] = float(c.iloc[1]['p']) if 'p' in c.columns else float(c.iloc[1].get('p_value', float('nan')))
-    atomic_write_json(out / 'ablation.json', {'rows': rows, 'n_train_groups': len({q.group_id or q.id for q in train_q}),
-                                              'n_test_groups': len({q.group_id or q.id for q in test_q}), 'split_seed': seed}, indent=1)
+        if 'base' in results and name != 'base': rows[-1].update(paired_p(results['base'], res))
+        atomic_write_json(out / 'ablation.json', {'kind': kind, 'rows': rows, 'n_train_groups': len({q.group_id or q.id for q in train_q}),
+                                                  'n_test_groups': len({q.group_id or q.id for q in test_q}), 'split_seed': seed}, indent=1)
     return rows
+
+def paired_p(base, res, metric: str = 'ndcg@10') -> dict:
+    "`{'p_L0': ..., ...}`: the paired randomization p-value of `res` against `base` at each rephrasing level."
+    from docbench_nb.metrics import compare_runs
+    from docbench_nb.result import per_query_values
+    out = {}
+    for l in sorted({r['level'] for r in base.per_query}):
+        out[f'p_L{l}'] = float(compare_runs(per_query_values(base, metric, (l,)), per_query_values(res, metric, (l,)))['p_value'])
+    return out
 
 def _level_row(res) -> dict:
     from docbench_nb.robustness import robustness_from_per_query

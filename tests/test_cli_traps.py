@@ -187,7 +187,8 @@ def test_bm25_k_the_corpus_cannot_meet_warns_and_the_sheet_says_why(three_papers
 def test_attrition_plot_draws_zero_at_zero(three_papers, tmp_path):
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    from docbench_nb.qbuild import build_queries, plot_attrition_counts
+    from docbench_nb.qbuild import build_queries
+    from docbench_nb.review import plot_attrition as plot_attrition_counts
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         res = build_queries(None, Fake(), tmp_path / 'o', types=('text',), per_paper=1, bm25_k=5, papers=three_papers)

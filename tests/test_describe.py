@@ -170,7 +170,10 @@ def test_evaluate_with_chat_describer_on_demo(server, tmp_path):
     assert res['config']['describer'] == 'chat:stub-vl' and not res['warnings']
     n_images = sum(len(r['json']['messages'][0]['content']) - 1 for r in server.requests)
     assert (len(server.requests), n_images) == (len(figs), sum(len(f.images) for f in figs)) and len(figs) >= 20
-    assert res['overall']['ndcg@10'] > 0.5
+    ref = evaluate(demo_corpus_dir(), demo_queries_path(), 'text+captions', 'bm25', chunk_size=256, cache_dir=tmp_path / 'cache',
+                   progress=False, describer='source', papers=papers)   # captions + citing sentences, no image text
+    # the stub's descriptions add only generic words: the result stays within noise of the source-only describer
+    assert abs(res['overall']['ndcg@10'] - ref['overall']['ndcg@10']) <= 0.03, (res['overall'], ref['overall'])
 
 # ---- offline default ----------------------------------------------------------------------------------------
 

@@ -36,10 +36,12 @@ def test_training_changes_the_model_and_the_guard_refuses_overlap(demo, tmp_path
     assert not {q.group_id for q in train_q} & {q.group_id for q in test_q}
     pairs = query_pairs(train_q, papers, rephrase_frac=0.5) + llm_free_pairs(papers, per_paper=3)
     rec = train_dense(pairs, tmp_path / 'm', batch_size=16, max_length=48, progress=False)
-    assert len(rec['log']) == -(-len(pairs) // 16) and all(np.isfinite(r['loss']) for r in rec['log'])
+    n_steps = sum(1 for s in range(0, len(pairs), 16) if min(16, len(pairs) - s) >= 2)       # a trailing batch of one is dropped
+    assert len(rec['log']) == n_steps and all(np.isfinite(r['loss']) for r in rec['log'])
     saved = json.loads((tmp_path / 'm' / TRAIN_RECORD).read_text())
     assert saved['data']['sha256'] == rec['data']['sha256'] and saved['seed'] == 0
-    assert set(saved['data']['query_texts']) == {text_digest(p.query) for p in pairs if p.source == 'query'}
+    assert set(saved['data']['query_texts']) == {text_digest(t) for p in pairs if p.source == 'query' for t in [p.query, *p.siblings]}
+    assert all(text_digest(q.text) in saved['data']['query_texts'] for q in train_q)     # every level of a trained group
     held = tmp_path / 'held.jsonl'; groups = {q.group_id for q in test_q}
     held.write_text(''.join(l + '\n' for l in Path(demo_queries_path()).read_text().splitlines() if l.strip() and json.loads(l)['id'] in groups))
     spec = f"dense:{tmp_path / 'm'}"
