@@ -2,7 +2,7 @@
 with and without their rephrasings vs both, evaluated on the held-out half of the dev queries (split by query group).
 
     OMP_NUM_THREADS=2 python bench/train_ablation.py [--per-paper 8] [--max-length 128] [--out results/train]
-    OMP_NUM_THREADS=2 python bench/train_ablation.py --kind late --mixes base,llm-free+queries+rephrased --out results/train_late
+    OMP_NUM_THREADS=2 python bench/train_ablation.py --kind late --mixes base,llm-free-queries-rephrased --out results/train_late
 
 Writes results/train/ablation.json, one result JSON per mix and results/train/ablation.md."""
 import argparse, json, sys, time

@@ -248,8 +248,8 @@ def train_late(pairs, out_dir, **kw) -> dict:
     return train_retriever(pairs, out_dir, kind='late', **kw)
 
 # %% ../nbs/15d_train.ipynb #19a6c6a1
-MIXES = {'base': (), 'llm-free': ('llm-free',), 'queries': ('queries',), 'queries+rephrased': ('queries-rephrased',),
-         'llm-free+queries+rephrased': ('llm-free', 'queries-rephrased')}
+MIXES = {'base': (), 'llm-free': ('llm-free',), 'queries': ('queries',), 'queries-rephrased': ('queries-rephrased',),
+         'llm-free-queries-rephrased': ('llm-free', 'queries-rephrased')}     # names are folder names (no '+': it splits specs)
 
 def split_groups(queries, frac: float = 0.5, seed: int = 0) -> tuple:
     """`(train, test)` query records split by group — every level of a query, and every query sharing an evidence excerpt,

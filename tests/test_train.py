@@ -34,8 +34,8 @@ def test_training_changes_the_model_and_the_guard_refuses_overlap(demo, tmp_path
     papers, qs, cache = demo
     train_q, test_q = split_groups(qs, 0.5, seed=0)
     assert not {q.group_id for q in train_q} & {q.group_id for q in test_q}
-    pairs = query_pairs(train_q, papers, rephrase_frac=0.5) + llm_free_pairs(papers, per_paper=3)
-    rec = train_dense(pairs, tmp_path / 'm', batch_size=16, max_length=48, progress=False)
+    pairs = query_pairs(train_q, papers, rephrase_frac=0.5) + llm_free_pairs(papers, per_paper=1)
+    rec = train_dense(pairs, tmp_path / 'm', batch_size=16, max_length=32, progress=False)
     n_steps = sum(1 for s in range(0, len(pairs), 16) if min(16, len(pairs) - s) >= 2)       # a trailing batch of one is dropped
     assert len(rec['log']) == n_steps and all(np.isfinite(r['loss']) for r in rec['log'])
     saved = json.loads((tmp_path / 'm' / TRAIN_RECORD).read_text())
@@ -61,7 +61,7 @@ def test_cli_train_then_evaluate_the_folder(tmp_path):
     "`docbench train` with only --corpus trains on LLM-free pairs; the folder evaluates through --retriever dense:DIR."
     from docbench_nb.cli import main
     c = ['--cache-dir', str(tmp_path / 'c'), '-q']
-    assert main(['train', '--corpus', str(demo_corpus_dir()), '--per-paper', '3', '--max-length', '32', '--batch-size', '16',
+    assert main(['train', '--corpus', str(demo_corpus_dir()), '--per-paper', '1', '--max-length', '32', '--batch-size', '16',
                  '--out', str(tmp_path / 'm')] + c) == 0
     rec = json.loads((tmp_path / 'm' / TRAIN_RECORD).read_text())
     assert rec['kind'] == 'dense' and set(rec['data']['by_source']) <= {'ict', 'caption', 'section', 'table'} and rec['log']
