@@ -9,29 +9,14 @@ from pathlib import Path
 from .result import DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K   # one set of defaults: CLI and `db.evaluate`
 
 # %% auto #0
-__all__ = ['GRID_KEYS', 'EXAMPLES', 'OUTPUTS', 'unsupported_entries', 'corpus_sources', 'cmd_parse', 'cmd_retrievers',
-           'cmd_evaluate', 'cmd_compare', 'read_grid_config', 'cmd_grid', 'cmd_demo', 'cmd_docs', 'cmd_stats',
-           'HelpFormatter', 'walk_parsers', 'build_parser', 'check_output', 'main']
+__all__ = ['GRID_KEYS', 'EXAMPLES', 'OUTPUTS', 'corpus_sources', 'cmd_parse', 'cmd_retrievers', 'cmd_evaluate', 'cmd_compare',
+           'read_grid_config', 'cmd_grid', 'cmd_demo', 'cmd_docs', 'cmd_stats', 'HelpFormatter', 'walk_parsers',
+           'build_parser', 'check_output', 'main']
 
 # %% ../nbs/16_cli.ipynb #ff4edb98
-def _why_skipped(p: Path) -> str:
-    if p.is_dir(): return 'a folder with no .tex file'
-    if p.suffix.lower() == '.pdf': return 'a PDF, not LaTeX source'
-    return f"not a paper source ({p.suffix or 'no extension'}; expected a paper folder, .tar.gz/.tgz/.tar or .tex[.gz])"
-
-def unsupported_entries(folder, taken) -> list:
-    """`(path, why)` for each entry of the corpus folder `folder` that `iter_sources` did not take as a paper (`taken`):
-    a stray `.pdf`, a README, a folder without `.tex`. Hidden entries and VCS folders are not reported."""
-    from docbench_nb.latex import _SKIP_DIRS
-    p = Path(folder)
-    if not p.is_dir() or [str(p)] == [str(t) for t in taken]: return []
-    got = {Path(t).resolve() for t in taken}
-    return [(str(e), _why_skipped(e)) for e in sorted(p.iterdir())
-            if not e.name.startswith('.') and e.name not in _SKIP_DIRS and e.resolve() not in got]
-
 def corpus_sources(paths, cmd: str, quiet: bool = False) -> list:
     "The paper sources under `paths` (each a paper or a folder of papers); what a folder holds that is no paper is said on stderr."
-    from docbench_nb.latex import iter_sources
+    from docbench_nb.latex import iter_sources, unsupported_entries
     srcs = []
     for s in [paths] if isinstance(paths, (str, Path)) else paths:
         if not Path(s).exists(): raise FileNotFoundError(f"no such source: {s}")
@@ -95,7 +80,8 @@ def cmd_evaluate(args) -> int:
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
-    for w in res.get('warnings', []): print(f'warning: {w}', file=sys.stderr)
+    for w in res.get('warnings', []):
+        if not w.startswith('skipped '): print(f'warning: {w}', file=sys.stderr)   # skipped entries were said up front
     if res['parse_errors']: print(f"{len(res['parse_errors'])} papers could not be parsed (see result JSON)", file=sys.stderr)
     if args.out: print(f'wrote {res.save(args.out)}')
     return 0

@@ -15,7 +15,7 @@ import docbench_nb.visual  # registers figures / pages / interleaved
 from .retrievers import make_retriever, default_chunk_size, DEFAULT_MAX_PIXELS
 from .data_io import load_queries
 from .metrics import score_run
-from .result import Result, METRIC_KEYS, result_metrics
+from .result import Result, METRIC_KEYS, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
 from .provenance import provenance, training_records, training_overlap
 
 # %% auto #0
@@ -194,7 +194,7 @@ def training_guard(ret, qs, allow_overlap=False):
                         'by_source': r.get('data', {}).get('by_source'), 'adapted_on_papers': len(r.get('data', {}).get('corpus_passages', []))}
                        for n, r in recs], 'overlap': ov, 'n_overlap': len(hit), 'allow_overlap': bool(allow_overlap)}
 
-def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_size=None, overlap=0, k=10,
+def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=DEFAULT_RETRIEVER, chunk_size=None, overlap=0, k=DEFAULT_K,
              cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, device=None, workers=None,
              allow_overlap=False, **represent_kw) -> Result:
     """Evaluate one configuration on `corpus` (folder/sources) with the query file `queries`; returns its `Result`.
@@ -217,6 +217,8 @@ def evaluate(corpus, queries, representation='text', retriever='bm25', chunk_siz
     if papers is None:
         gold = {d for q in load_queries(queries, levels=levels) for d in q.doc_ids}
         srcs = corpus_sources(corpus, gold)
+        if isinstance(corpus, (str, os.PathLike)):          # what the corpus folder holds that is no paper: said, and recorded
+            pre_warnings += [f"skipped {p}: {why}" for p, why in latex.unsupported_entries(corpus, srcs)]
         load_queries(queries, known_doc_ids={_printable(latex.paper_id_from_path(s)) for s in srcs}, levels=levels)
         papers, errors = load_papers(srcs, cache_dir=cache_dir, progress=progress, workers=workers)
     else: errors = []

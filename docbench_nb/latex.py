@@ -15,7 +15,7 @@ from .cache import cache_root, file_sha256, atomic_write_json
 # %% auto #0
 __all__ = ['MAX_UNPACKED_BYTES', 'MAX_MEMBERS', 'TEX_EXTS', 'LatexSourceError', 'read_text', 'strip_comments', 'resolve_name',
            'safe_resolve', 'SourceTree', 'paper_id_from_path', 'rebind_text', 'load_source', 'remove_unpacked',
-           'find_main_file', 'Flattened', 'flatten_latex', 'iter_sources']
+           'find_main_file', 'Flattened', 'flatten_latex', 'iter_sources', 'unsupported_entries']
 
 # %% ../nbs/01_latex.ipynb #ec2f7723
 class LatexSourceError(Exception):
@@ -784,3 +784,17 @@ def iter_sources(path) -> list:
         return [str(p)]                                   # e.g. paper/ with tex/ms.tex and figures/
     papers = [d for d in subdirs if _tex_files(d, TEX_EXTS + ('.rnw',), limit=1)]
     return sorted(str(x) for x in papers + archives)
+
+def _why_skipped(p: Path) -> str:
+    if p.is_dir(): return 'a folder with no .tex file'
+    if p.suffix.lower() == '.pdf': return 'a PDF, not LaTeX source'
+    return f"not a paper source ({p.suffix or 'no extension'}; expected a paper folder, .tar.gz/.tgz/.tar or .tex[.gz])"
+
+def unsupported_entries(folder, taken) -> list:
+    """`(path, why)` for each entry of the corpus folder `folder` that `iter_sources` did not take as a paper (`taken`):
+    a stray `.pdf`, a README, a folder without `.tex`. Hidden entries and VCS folders are not reported."""
+    p = Path(folder)
+    if not p.is_dir() or [str(p)] == [str(t) for t in taken]: return []
+    got = {Path(t).resolve() for t in taken}
+    return [(str(e), _why_skipped(e)) for e in sorted(p.iterdir())
+            if not e.name.startswith('.') and e.name not in _SKIP_DIRS and e.resolve() not in got]

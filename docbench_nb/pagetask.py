@@ -12,7 +12,7 @@ from .represent import represent, REPRESENTATIONS, make_describer, takes_describ
 from .retrievers import make_retriever, default_chunk_size
 from .data_io import load_queries
 from .metrics import score_run
-from .result import Result
+from .result import Result, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
 from .pagemap import map_paper, query_pages
 from .evaluation import load_papers
 import docbench_nb.visual  # registers pages / page-latex
@@ -126,7 +126,7 @@ def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever='b
                              'per_query': res['per_query'], 'timings': timings, 'run': run})
 
 # %% ../nbs/08b_pagetask.ipynb #27ca742f
-def evaluate_pages(corpus, queries, representation='text', retriever='bm25', chunk_size=None, overlap=0, k=10,
+def evaluate_pages(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=DEFAULT_RETRIEVER, chunk_size=None, overlap=0, k=DEFAULT_K,
                    cache_dir=None, progress=True, papers=None, levels=(0, 1, 2, 3), describer=None, device=None,
                    maps: Optional[dict] = None, map_timeout: float = 120, **represent_kw) -> Result:
     "Evaluate one configuration on the page task (see above); arguments as `evaluation.evaluate` (`queries`: a file or `Query` list), plus precomputed `maps`."
