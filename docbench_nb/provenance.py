@@ -29,9 +29,10 @@ def _git(root, *args):
     return r.stdout.strip() if r.returncode == 0 else None
 
 def docbench_version() -> dict:
-    "docbench's version, and the git commit (with whether the package's files differ from it) when run from a checkout."
+    "docbench's version, its parser's version, and the git commit (and whether the package's files differ from it) from a checkout."
     import docbench_nb
-    d = {'version': getattr(docbench_nb, '__version__', '?')}
+    from docbench_nb.parse import parser_version
+    d = {'version': getattr(docbench_nb, '__version__', '?'), 'parser': parser_version()}   # part of every paper's content key
     root = Path(docbench_nb.__file__).resolve().parent.parent
     if (root / '.git').exists():
         try:

@@ -62,6 +62,7 @@ def reproduce(result, corpus=None, queries=None, cache_dir=None, progress=True, 
     old_m, new_m = ({f"{i}:{m['role']}:{m['name']}": m['fingerprint'] for i, m in enumerate(p['models'])} for p in (prov, now))
     changed['models'] = sorted(r for r in set(old_m) | set(new_m) if old_m.get(r) != new_m.get(r))
     changed['docbench'] = prov['docbench'].get('git_commit', prov['docbench'].get('version')) != now['docbench'].get('git_commit', now['docbench'].get('version'))
+    changed['parser'] = prov['docbench'].get('parser') != now['docbench'].get('parser')
     changed['libraries'] = sorted(k for k in set(prov['libraries']) | set(now['libraries']) if prov['libraries'].get(k) != now['libraries'].get(k))
     cmp = compare_per_query(res.per_query, new.per_query)
     same = not cmp['differ'] and not cmp['missing'] and not cmp['new']
@@ -74,13 +75,15 @@ def format_reproduction(rep: dict) -> str:
              f"numbers; largest |delta| {rep['max_abs_diff']:.3g}"]
     if rep['differ']: lines.append(f"  queries that differ: {', '.join(rep['differ'][:10])}" + (' ...' if len(rep['differ']) > 10 else ''))
     if rep['missing'] or rep['new']: lines.append(f"  queries missing now: {len(rep['missing'])}; new: {len(rep['new'])}")
+    if ch.get('parser'): lines.append("  the parser's code changed: every paper's content key includes it, so every paper counts as changed")
     for k in ('added', 'removed', 'changed'):
-        if cd[k]: lines.append(f"  corpus: {len(cd[k])} paper(s) {k}: {', '.join(cd[k][:8])}" + (' ...' if len(cd[k]) > 8 else ''))
+        if cd[k] and not (k == 'changed' and ch.get('parser')):
+            lines.append(f"  corpus: {len(cd[k])} paper(s) {k}: {', '.join(cd[k][:8])}" + (' ...' if len(cd[k]) > 8 else ''))
     if ch['queries']: lines.append('  the query file changed')
     if ch['models']: lines.append(f"  model weights changed: {', '.join(ch['models'])}")
     if ch['docbench']: lines.append('  docbench code differs from the recorded commit')
     if ch['libraries']: lines.append(f"  library versions changed: {', '.join(ch['libraries'])}")
-    if not any([cd['added'], cd['removed'], cd['changed'], ch['queries'], ch['models'], ch['docbench'], ch['libraries']]):
+    if not any([cd['added'], cd['removed'], cd['changed'], ch['queries'], ch['models'], ch['docbench'], ch['libraries'], ch.get('parser')]):
         lines.append('  inputs: unchanged (corpus, queries, models, code, libraries)')
     return '\n'.join(lines)
 
