@@ -68,12 +68,17 @@ with _w.catch_warnings():
     import tqdm.auto
 del _w"""
 
+_re_eval_false = re.compile(r'^\s*#\|\s*eval:\s*false\s*$', re.M)
+
 def execute_notebook(p, nbs_path, timeout=900, kernel_name='python3'):
     "Notebook `p` executed in a fresh kernel (cwd `nbs_path`), raising naming the notebook on a cell error."
     import nbformat
     from nbconvert.preprocessors import ExecutePreprocessor, CellExecutionError
     for attempt in (1, 2):      # a kernel that dies while starting (a busy machine) is started once more
         nb = nbformat.read(p, as_version=4)
+        for c in nb.cells:          # `#| eval: false` is honoured as nbdev honours it: shown, never run (nbclient's skip tag)
+            if c.cell_type == 'code' and _re_eval_false.search(c.source):
+                c.metadata.setdefault('tags', []).append('skip-execution')
         nb.cells.insert(0, nbformat.v4.new_code_cell(_SETUP))
         try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name, startup_timeout=300).preprocess(nb, {'metadata': {'path': str(nbs_path)}})
         except CellExecutionError as e: raise RuntimeError(f"docs: notebook {Path(p).name} failed:\n{str(e)[-3000:]}") from None
