@@ -11,7 +11,8 @@ from .cache import file_sha256
 
 # %% auto #0
 __all__ = ['LIBRARIES', 'TRAIN_RECORD', 'library_versions', 'docbench_version', 'paper_digest', 'corpus_digest', 'queries_digest',
-           'diff_corpus', 'models_of', 'provenance', 'text_digest', 'training_records', 'training_overlap']
+           'diff_corpus', 'model_parts', 'models_of', 'provenance', 'text_digest', 'training_records',
+           'training_overlap']
 
 # %% ../nbs/07c_provenance.ipynb #4992f33c
 LIBRARIES = ('numpy', 'torch', 'transformers', 'bm25s', 'faiss-cpu', 'pyarrow', 'sentence-transformers', 'pylatexenc', 'pillow')
@@ -72,10 +73,9 @@ def diff_corpus(old: dict, new: dict) -> dict:
             'changed': sorted(i for i in set(a) & set(b) if a[i] != b[i])}
 
 # %% ../nbs/07c_provenance.ipynb #24ee82b7
-def models_of(retriever) -> list:
-    "`[{'role', 'name', 'fingerprint'}]` for every model behind `retriever` (hybrid parts and inner retrievers walked)."
-    from docbench_nb.encoders import model_fingerprint
-    out, seen, todo = [], set(), [retriever]
+def model_parts(retriever):
+    "Yield `(owner, attr, encoder)` for every model behind `retriever`: hybrid parts, inner retrievers and encoders walked, each once."
+    seen, todo = set(), [retriever]
     while todo:
         r = todo.pop(0)
         if r is None or id(r) in seen: continue
@@ -83,13 +83,22 @@ def models_of(retriever) -> list:
         for attr in ('encoder', 'text_encoder'):
             enc = getattr(r, attr, None)
             if enc is None or id(enc) in seen: continue
-            seen.add(id(enc))
-            out.append({'role': f'{type(r).__name__}.{attr}', 'name': str(getattr(enc, 'name', type(enc).__name__)),
-                        'fingerprint': model_fingerprint(enc)})
+            yield r, attr, enc
             todo.append(enc)                          # an OCR encoder holds its own text encoder
         todo += [getattr(r, 'retriever', None), *(getattr(r, 'retrievers', None) or [])]
-        if getattr(r, 'engine', None) and isinstance(r.engine, str): out.append({'role': f'{type(r).__name__}.engine', 'name': r.engine, 'fingerprint': None})
-    return out
+
+def models_of(retriever) -> list:
+    "`[{'role', 'name', 'fingerprint'}]` for every model behind `retriever` (and an OCR retriever's engine)."
+    from docbench_nb.encoders import model_fingerprint
+    out = [{'role': f'{type(r).__name__}.{attr}', 'name': str(getattr(enc, 'name', type(enc).__name__)),
+            'fingerprint': model_fingerprint(enc)} for r, attr, enc in model_parts(retriever)]
+    engines, todo = [], [retriever]
+    while todo:                                       # OCR engines sit on retrievers, not encoders
+        r = todo.pop(0)
+        if r is None: continue
+        if isinstance(getattr(r, 'engine', None), str): engines.append({'role': f'{type(r).__name__}.engine', 'name': r.engine, 'fingerprint': None})
+        todo += [getattr(r, 'retriever', None), *(getattr(r, 'retrievers', None) or [])]
+    return out + engines
 
 def provenance(papers, queries, retriever, sources=None, context=None) -> dict:
     "The record `evaluate` stores with a result: code, libraries, models, corpus and queries digests, run context."
@@ -105,17 +114,11 @@ def text_digest(s) -> str:
 
 def training_records(retriever) -> list:
     "`[(model name, record)]` for every model behind `retriever` whose folder holds a docbench training record."
-    out, seen, todo = [], set(), [retriever]
-    while todo:
-        r = todo.pop(0)
-        if r is None or id(r) in seen: continue
-        seen.add(id(r))
-        for attr in ('encoder', 'text_encoder'):
-            enc = getattr(r, attr, None); folder = getattr(enc, 'folder', None)
-            if folder is not None and (Path(folder) / TRAIN_RECORD).is_file():
-                out.append((str(getattr(enc, 'name', folder)), json.loads((Path(folder) / TRAIN_RECORD).read_text())))
-            if enc is not None: todo.append(enc)             # an OCR encoder holds its own text encoder
-        todo += [getattr(r, 'retriever', None), *(getattr(r, 'retrievers', None) or [])]
+    out = []
+    for _, _, enc in model_parts(retriever):
+        folder = getattr(enc, 'folder', None)
+        if folder is not None and (Path(folder) / TRAIN_RECORD).is_file():
+            out.append((str(getattr(enc, 'name', folder)), json.loads((Path(folder) / TRAIN_RECORD).read_text())))
     return out
 
 def training_overlap(records, queries) -> dict:
