@@ -12,8 +12,9 @@ from .cache import atomic_open, inside_root, short_repr, OutsideRootError
 
 # %% auto #0
 __all__ = ['READ_LIMITS', 'DataFileError', 'QueryFileError', 'read_limits', 'checked_file', 'dataset_file', 'read_parquet',
-           'relevance', 'load_queries', 'load_perspective_queries', 'write_trec_run', 'read_trec_run',
-           'write_trec_qrels', 'read_trec_qrels', 'write_beir', 'read_beir']
+           'text_lines', 'jsonl_records', 'relevance', 'gold_from_qrels', 'load_queries', 'load_perspective_queries',
+           'write_trec_run', 'read_trec_run', 'write_trec_qrels', 'read_trec_qrels', 'write_beir', 'read_beir_corpus',
+           'read_beir']
 
 # %% ../nbs/07a_data_io.ipynb #a5a0d04e
 _SHOWN = 25     # problems an error message lists (the rest are counted)
@@ -110,8 +111,9 @@ def read_parquet(path, columns, limits=None, what='Parquet file'):
     return t
 
 # %% ../nbs/07a_data_io.ipynb #7d6069ff
-def _lines(path, problems: list, limits=None):
-    "Yield `(line_no, text)` of a UTF-8 file, each line within `limits['line_bytes']`, at most `limits['rows']` lines."
+def text_lines(path, problems: list, limits=None):
+    """Yield `(line_no, text)` of a UTF-8 file, each line within `limits['line_bytes']`, at most `limits['rows']` lines;
+    a line that breaks a limit or is not UTF-8 goes to `problems` as `(line_no, message)` (the caller raises `DataFileError`)."""
     lim = limits or READ_LIMITS
     with open(path, 'rb') as f:
         n = 0
@@ -127,9 +129,9 @@ def _lines(path, problems: list, limits=None):
             try: yield n, raw.decode('utf-8')
             except UnicodeDecodeError as e: problems.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
 
-def _jsonl(path, problems: list, limits=None):
+def jsonl_records(path, problems: list, limits=None):
     "Yield `(line_no, obj)` for each non-blank line that parses as a JSON object; record the others in `problems`."
-    for n, line in _lines(path, problems, limits):
+    for n, line in text_lines(path, problems, limits):
         if not line.strip(): continue
         try: obj = json.loads(line)
         except json.JSONDecodeError as e: problems.append((n, f"bad JSON ({e.msg.removesuffix(' at')}, column {e.colno})")); continue
@@ -157,7 +159,7 @@ def relevance(v):
     return v if isinstance(v, int) and abs(v) < 2**31 else None
 
 # %% ../nbs/07a_data_io.ipynb #943cd69f
-_RESERVED = {'id', 'query', 'text', 'doc_id', 'doc_ids', 'evidence_type', 'rephrasings'}
+_RESERVED = {'id', 'query', 'text', 'doc_id', 'doc_ids', 'grades', 'evidence_type', 'rephrasings'}
 
 def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
     "Queries (base + rephrasings at `levels`) from one docbench record; problems go to `problems` with line `n`."
@@ -182,6 +184,13 @@ def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
         if not _text(g): problems.append((n, f"query {qid!r}: gold doc id {g!r} is not a non-empty string"))
         elif known is not None and g not in known: problems.append((n, f"query {qid!r}: " + _unknown(g, known, suggest=len(problems) < _SHOWN)))
     gold = list(dict.fromkeys(g for g in gold if isinstance(g, str)))
+    grades = d.get('grades', {})
+    if not isinstance(grades, dict):
+        problems.append((n, f"query {qid!r}: 'grades' must be an object {{doc id: grade}}, got {type(grades).__name__}")); grades = {}
+    for g, v in grades.items():
+        if g not in gold: problems.append((n, f"query {qid!r}: grades names {short_repr(g)}, which is not one of its gold doc ids"))
+        elif (r := relevance(v)) is None or r < 1:
+            problems.append((n, f"query {qid!r}: grade {short_repr(v)} of {short_repr(g)} is not an integer grade >= 1"))
     et = d.get('evidence_type')
     if et is not None and not _text(et): problems.append((n, f"query {qid!r}: 'evidence_type' must be a non-empty string"))
     reph = d.get('rephrasings', [])
@@ -190,13 +199,19 @@ def _parse_query_record(n, d, known, levels, problems) -> list[Query]:
         if not _text(r): problems.append((n, f"query {qid!r}: rephrasings[{i}] (level {i + 1}) is empty or not a string"))
     if len(problems) > bad: return []
     meta = {k: v for k, v in d.items() if k not in _RESERVED}
+    grades = {g: relevance(v) for g, v in grades.items()}
     out = []
     for lvl, t in enumerate([text] + reph):
         if lvl in levels:
-            out.append(Query(qid if lvl == 0 else f"{qid}@L{lvl}", t.strip(), list(gold), et, lvl, qid, dict(meta)))
+            out.append(Query(qid if lvl == 0 else f"{qid}@L{lvl}", t.strip(), list(gold), et, lvl, qid, dict(meta), dict(grades)))
     return out
 
 # %% ../nbs/07a_data_io.ipynb #24410b9b
+def gold_from_qrels(rel: dict) -> tuple[list, dict]:
+    "`(doc_ids, grades)` of a `Query` from its qrels row `{doc_id: grade}`: docs judged >= 1, in order; grades only when one is not 1."
+    pos = {d: r for d, v in rel.items() if (r := relevance(v)) is not None and r >= 1}
+    return list(pos), (pos if any(g != 1 for g in pos.values()) else {})
+
 def _parse_beir_query(n, d, rel, known, levels, problems):
     qid = d.get('_id')
     if isinstance(qid, int) and not isinstance(qid, bool): qid = str(qid)
@@ -209,8 +224,8 @@ def _parse_beir_query(n, d, rel, known, levels, problems):
                           ('group_id', md.get('group_id') is None or isinstance(md.get('group_id'), str)),
                           ('evidence_type', md.get('evidence_type') is None or isinstance(md.get('evidence_type'), str))) if not ok]
     if bad: problems.append((n, f"query {short_repr(qid)}: metadata field {bad[0]!r} has the wrong type")); return None
-    q = Query(qid, d['text'].strip(), [k for k, v in (rel or {}).items() if v >= 1], md.get('evidence_type'),
-              lvl, md.get('group_id'), dict(meta))
+    gold, grades = gold_from_qrels(rel or {})
+    q = Query(qid, d['text'].strip(), gold, md.get('evidence_type'), lvl, md.get('group_id'), dict(meta), grades)
     return q if q.level in levels else None
 
 def _read_qrels_any(path, known=None, problems=None, queries=None, limits=None) -> dict:
@@ -219,7 +234,7 @@ def _read_qrels_any(path, known=None, problems=None, queries=None, limits=None) 
     own = problems is None
     problems = [] if own else problems
     qrels = {}
-    for n, line in _lines(path, problems, limits):
+    for n, line in text_lines(path, problems, limits):
         line = line.rstrip('\r\n')
         if not line.strip(): continue
         parts = line.split('\t') if '\t' in line else line.split()
@@ -253,7 +268,7 @@ def _load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, spl
         path = dataset_file(root, 'queries.jsonl', 'queries', lim)
     else: checked_file(path, lim, 'query file')
     problems, out, first_line = [], [], {}
-    records = list(_jsonl(path, problems, lim))
+    records = list(jsonl_records(path, problems, lim))
     beir = bool(records) and '_id' in records[0][1]
     n_unjudged, no_pos = 0, []
     if beir:
@@ -264,9 +279,11 @@ def _load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, spl
             qrels_d = _read_qrels_any(checked_file(qrels, lim, 'qrels file'), known, qp, queries=ids, limits=lim)
             if qp: raise QueryFileError(qrels, qp)
             qrels = qrels_d
-        elif isinstance(qrels, dict) and known is not None:
-            bad = [(q, d) for q, r in qrels.items() for d in r if d not in known]
+        elif isinstance(qrels, dict):
+            bad = [(q, d) for q, r in qrels.items() for d in r if d not in known] if known is not None else []
             bad = [(None, f"qrels for query {short_repr(q)}: " + _unknown(d, known, suggest=i < _SHOWN)) for i, (q, d) in enumerate(bad)]
+            bad += [(None, f"qrels for query {short_repr(q)}, doc {short_repr(d)}: relevance {short_repr(v)} is not an integer grade")
+                    for q, r in qrels.items() for d, v in r.items() if relevance(v) is None]
             if bad: raise QueryFileError(f'{path} (qrels given as a dict)', bad)
     for n, d in records:
         if beir:
@@ -296,11 +313,11 @@ def load_queries(path, known_doc_ids=None, levels=(0, 1, 2, 3), qrels=None, spli
     return _load_queries(path, known_doc_ids, levels, qrels, split, report, limits)[0]
 
 # %% ../nbs/07a_data_io.ipynb #d7c7da56
-def load_perspective_queries(path, known_doc_ids=None) -> list[dict]:
+def load_perspective_queries(path, known_doc_ids=None, limits=None) -> list[dict]:
     "Normalised perspective queries `{id, query, perspectives: [{text, doc_ids}], meta}`; `QueryFileError` names bad lines."
-    known = None if known_doc_ids is None else set(known_doc_ids)
+    known, lim = None if known_doc_ids is None else set(known_doc_ids), read_limits(limits)
     problems, out, first_line = [], [], {}
-    for n, d in _jsonl(path, problems):
+    for n, d in jsonl_records(checked_file(path, lim, 'query file'), problems, lim):
         bad = len(problems)
         qid = d.get('id')
         if not _text(qid): problems.append((n, "missing or empty 'id'"))
@@ -333,6 +350,11 @@ def _no_space(kind, s):
         raise ValueError(f"{kind} {s!r} cannot be written to a whitespace-separated file (empty or contains whitespace)")
     return s
 
+def _grade(qid, d, r) -> int:
+    "The integer grade a writer puts in a qrels file; `ValueError` naming the judgment for anything else (`1.5`, `nan`, `'high'`)."
+    if (g := relevance(r)) is None: raise ValueError(f"qrels for query {short_repr(qid)}, doc {short_repr(d)}: relevance {short_repr(r)} is not an integer grade")
+    return g
+
 # %% ../nbs/07a_data_io.ipynb #d513e7c8
 def write_trec_run(run: Run, path, tag: str | None = None, depth: int = 1000) -> Path:
     "Write `run` as a TREC run file (`qid Q0 docid rank score tag`), top `depth` docs per query."
@@ -363,10 +385,10 @@ def read_trec_run(path) -> Run:
     return Run(scores=scores, name=name or Path(path).stem)
 
 def write_trec_qrels(qrels: dict, path) -> Path:
-    "Write judgments `{qid: {doc_id: rel}}` as TREC qrels (`qid 0 docid rel`)."
+    "Write judgments `{qid: {doc_id: grade}}` as TREC qrels (`qid 0 docid grade`), every grade (0 included) as given."
     with atomic_open(path) as f:
         for qid, rel in qrels.items():
-            for d, r in rel.items(): f.write(f"{_no_space('query id', qid)} 0 {_no_space('doc id', d)} {int(r)}\n")
+            for d, r in rel.items(): f.write(f"{_no_space('query id', qid)} 0 {_no_space('doc id', d)} {_grade(qid, d, r)}\n")
     return Path(path)
 
 def read_trec_qrels(path) -> dict:
@@ -375,9 +397,9 @@ def read_trec_qrels(path) -> dict:
 
 # %% ../nbs/07a_data_io.ipynb #84c64c74
 def write_beir(dir, corpus: dict, queries: list[Query], qrels: dict | None = None, split: str = 'test') -> Path:
-    "Write a BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv."
+    "Write a BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (`qrels`, or the queries' graded gold docs)."
     dir = Path(dir)
-    if qrels is None: qrels = {q.id: {d: 1 for d in q.doc_ids} for q in queries if q.doc_ids}
+    if qrels is None: qrels = {q.id: q.judgments() for q in queries if q.doc_ids}
     with atomic_open(dir / 'corpus.jsonl') as f:
         for did, rec in corpus.items():
             rec = {'text': rec} if isinstance(rec, str) else rec
@@ -393,22 +415,26 @@ def write_beir(dir, corpus: dict, queries: list[Query], qrels: dict | None = Non
         for qid, rel in qrels.items():
             for d, r in rel.items():
                 if '\t' in qid + d or '\n' in qid + d: raise ValueError(f"ids may not contain tabs/newlines: {qid!r}, {d!r}")
-                f.write(f"{qid}\t{d}\t{int(r)}\n")
+                f.write(f"{qid}\t{d}\t{_grade(qid, d, r)}\n")
     return dir
 
-def read_beir(dir, split: str = 'test', report: dict | None = None, limits=None) -> tuple[dict, list[Query], dict]:
-    """Read a BEIR folder: `(corpus {doc_id: {title, text, ...}}, queries judged in `split`, qrels)`. Every file is
-    resolved inside `dir` and read under `limits`; queries judged only non-relevant are skipped (counted in `report`)."""
-    dir, lim = Path(dir), read_limits(limits)
-    problems, corpus = [], {}
-    cf = dataset_file(dir, 'corpus.jsonl', 'corpus', lim)
-    for n, d in _jsonl(cf, problems, lim):
+def read_beir_corpus(path, limits=None) -> dict:
+    "`{doc_id: {title, text, ...}}` from a BEIR `corpus.jsonl` (a regular file, read under `limits`); `DataFileError` names bad lines."
+    lim, problems, corpus = read_limits(limits), [], {}
+    for n, d in jsonl_records(checked_file(path, lim, 'corpus file'), problems, lim):
         did = d.get('_id')
         if isinstance(did, int) and not isinstance(did, bool): did = str(did)
         if not _text(did) or not isinstance(d.get('text'), str): problems.append((n, "corpus record needs a string '_id' and 'text'")); continue
         if not isinstance(d.get('title', ''), (str, type(None))): problems.append((n, f"doc {short_repr(did)}: 'title' must be a string")); continue
         if did in corpus: problems.append((n, f"duplicate doc id {short_repr(did)}")); continue
         corpus[did] = {k: v for k, v in d.items() if k != '_id'}
-    if problems: raise DataFileError(cf, problems, 'corpus file')
+    if problems: raise DataFileError(path, problems, 'corpus file')
+    return corpus
+
+def read_beir(dir, split: str = 'test', report: dict | None = None, limits=None) -> tuple[dict, list[Query], dict]:
+    """Read a BEIR folder: `(corpus {doc_id: {title, text, ...}}, queries judged in `split`, qrels)`. Every file is
+    resolved inside `dir` and read under `limits`; queries judged only non-relevant are skipped (counted in `report`)."""
+    dir, lim = Path(dir), read_limits(limits)
+    corpus = read_beir_corpus(dataset_file(dir, 'corpus.jsonl', 'corpus', lim), lim)
     queries, qrels = _load_queries(dir, known_doc_ids=corpus, levels=None, split=split, report=report, limits=lim)
     return corpus, queries, qrels

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 from .records import Query, Unit
 from .cache import stage_dir, atomic_write, check_cache_path, file_sha256, inside_root, short_repr, OutsideRootError
-from .data_io import (load_queries, write_beir, read_beir, DataFileError, read_limits, read_parquet, dataset_file,
+from .data_io import (load_queries, write_beir, read_beir, gold_from_qrels, DataFileError, read_limits, read_parquet, dataset_file,
                                   checked_file, relevance)
 from .render import render_paper
 from .evaluation import load_papers
@@ -91,7 +91,7 @@ def _check_ids(kind, ids):
 def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dict, papers=(), paper_qrels: Optional[dict] = None,
                 qrel_methods: Optional[dict] = None, split: str = 'test', jsonl: bool = True, force: bool = False) -> dict:
     """Write the dataset (see the table above) into `out` (refused when it is not empty, unless `force`). `qrels`: page
-    level {qid: {page id: score}}; `paper_qrels` (default: each query's `doc_ids`); `qrel_methods` {qid: method}."""
+    level {qid: {page id: score}}; `paper_qrels` (default: each query's judgments, graded when it is); `qrel_methods` {qid: method}."""
     _check_out(out, force)
     papers = list(papers)
     _check_ids('query', [q.id for q in queries]); _check_ids('page', [r['corpus-id'] for r in pages])
@@ -114,7 +114,7 @@ def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dic
     qr = [(q, d, s) for q, r in qrels.items() for d, s in r.items()]
     write_config(out, 'qrels', {'query-id': [x[0] for x in qr], 'corpus-id': [x[1] for x in qr], 'score': [int(x[2]) for x in qr],
                                 'method': [(qrel_methods or {}).get(x[0]) for x in qr]}, T['qrels'], split)
-    paper_qrels = paper_qrels if paper_qrels is not None else {q.id: {d: 1 for d in q.doc_ids} for q in queries if q.doc_ids}
+    paper_qrels = paper_qrels if paper_qrels is not None else {q.id: q.judgments() for q in queries if q.doc_ids}   # graded when the query is
     pr = [(q, d, s) for q, r in paper_qrels.items() for d, s in r.items()]
     write_config(out, 'qrels-paper', {'query-id': [x[0] for x in pr], 'corpus-id': [x[1] for x in pr], 'score': [int(x[2]) for x in pr]},
                  T['qrels-paper'], split)
@@ -368,7 +368,8 @@ def import_beir(folder, split: str = 'test', cache_dir=None, level: str = 'page'
     for i, qid in enumerate(qids):
         if qid not in gold: continue
         at = lambda col, default=None: col[i] if col is not None and col[i] is not None else default
-        queries.append(Query(qid, qtext[i], gold[qid], at(ev), int(at(lvl, 0)), at(grp, qid)))
+        docs, grades = gold_from_qrels(judged[qid])         # graded judgments stay graded
+        queries.append(Query(qid, qtext[i], docs, at(ev), int(at(lvl, 0)), at(grp, qid), {}, grades))
     no_pos = sum(1 for q in judged if q not in gold)
     return units, queries, {'format': 'beir-parquet', 'level': level, 'content': content, 'n_corpus': len(ids), 'n_units': len(units),
                             'n_images': sum(bool(u.images) for u in units), 'n_queries': len(queries),

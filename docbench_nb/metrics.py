@@ -16,13 +16,13 @@ __all__ = ['qrels_from_queries', 'trec_ranking', 'ndcg_at_k', 'recall_at_k', 'su
 
 # %% ../nbs/07_metrics.ipynb #d04f1c4e
 def qrels_from_queries(queries: list[Query]) -> dict[str, dict[str, int]]:
-    "Binary judgments `{query_id: {doc_id: 1}}` from the queries' gold `doc_ids`."
+    "Judgments `{query_id: {doc_id: grade}}` from the queries' gold `doc_ids` (grade 1 unless `Query.grades` says otherwise)."
     qrels = {}
     for q in queries:
         if not q.doc_ids: raise ValueError(f"query {q.id!r} has no gold doc_ids; it cannot be evaluated")
-        rel = {d: 1 for d in q.doc_ids}
+        rel = q.judgments()
         if q.id in qrels and qrels[q.id] != rel:
-            raise ValueError(f"query id {q.id!r} appears twice with different gold docs: {sorted(qrels[q.id])} vs {sorted(rel)}")
+            raise ValueError(f"query id {q.id!r} appears twice with different judgments: {sorted(qrels[q.id].items())} vs {sorted(rel.items())}")
         qrels[q.id] = rel
     return qrels
 

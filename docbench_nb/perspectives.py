@@ -4,12 +4,13 @@
 
 # %% ../nbs/15_perspectives.ipynb #de7a4847
 from __future__ import annotations
-import json, random
+import json, random, re, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Optional, Sequence
-from .cache import atomic_open
-from .data_io import load_perspective_queries as _read_perspective_jsonl, DataFileError
+from .cache import atomic_open, short_repr
+from .data_io import (load_perspective_queries as _read_perspective_jsonl, DataFileError, QueryFileError, read_limits,
+                                 checked_file, dataset_file, read_beir_corpus, jsonl_records, text_lines, relevance)
 
 # %% auto #0
 __all__ = ['PIR_FIELDS', 'Perspective', 'PerspectiveQuery', 'load_perspective_queries', 'pir_tasks', 'pir_doc_id', 'load_pir',
@@ -46,10 +47,10 @@ class PerspectiveQuery:
         return [set(p.doc_ids) for p in self.perspectives]
 
 # %% ../nbs/15_perspectives.ipynb #db53a534
-def load_perspective_queries(path, known_doc_ids=None, source: Optional[str] = None) -> list:
-    "`PerspectiveQuery` records from a docbench perspective JSONL file; `QueryFileError` names every bad line."
+def load_perspective_queries(path, known_doc_ids=None, source: Optional[str] = None, limits=None) -> list:
+    "`PerspectiveQuery` records from a docbench perspective JSONL file (read under `limits`); `QueryFileError` names every bad line."
     out = []
-    for d in _read_perspective_jsonl(path, known_doc_ids=known_doc_ids):
+    for d in _read_perspective_jsonl(path, known_doc_ids=known_doc_ids, limits=limits):
         ps = [Perspective(p['text'], list(p['doc_ids'])) for p in d['perspectives']]
         out.append(PerspectiveQuery(d['id'], d['query'], ps, source=source or Path(path).name, meta=d['meta']))
     return out
@@ -58,7 +59,7 @@ def load_perspective_queries(path, known_doc_ids=None, source: Optional[str] = N
 PIR_FIELDS = ('corpus', 'queries', 'source_queries', 'perspectives', 'key_ref', 'query_labels')
 
 def _read_pir(path) -> dict:
-    path = Path(path)
+    path = checked_file(path, None, 'PIR file')          # a regular file within READ_LIMITS['file_bytes'] (never a FIFO)
     try: d = json.loads(path.read_text(encoding='utf-8'))
     except json.JSONDecodeError as e: raise DataFileError(path, [(e.lineno, f"invalid JSON: {e.msg}")], 'PIR file') from None
     if not isinstance(d, dict): raise DataFileError(path, [(None, f"expected an object of tasks, got {type(d).__name__}")], 'PIR file')
@@ -132,33 +133,77 @@ def write_perspective_beir(dir, corpus: dict, queries: Sequence, split: str = 't
     return dir
 
 # %% ../nbs/15_perspectives.ipynb #19646c44
-def _read_jsonl(path, what) -> list:
-    out, probs = [], []
-    with open(path, encoding='utf-8') as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: out.append((n, json.loads(line)))
-            except json.JSONDecodeError as e: probs.append((n, f"invalid JSON ({e.msg})"))
-    if probs: raise DataFileError(path, probs, what)
-    return out
+def _perspective_qrels(path, corpus, lim) -> tuple:
+    "`({qid: {perspective: [(doc_id, line)]}}, lines judged < 1)` from a `<split>-perspectives.tsv`; `DataFileError` names bad lines."
+    gold, zero, seen, probs = {}, [], {}, []
+    for n, line in text_lines(path, probs, lim):
+        line = line.rstrip('\r\n')
+        if not line.strip(): continue
+        parts = line.split('\t')
+        if n == 1 and parts[:2] == ['query-id', 'corpus-id']: continue
+        if len(parts) != 4: probs.append((n, f"expected 4 tab-separated fields 'query-id corpus-id score perspective', got {len(parts)}")); continue
+        qid, did, score, pi = parts
+        if not qid.strip() or not did.strip(): probs.append((n, "empty query or document id")); continue
+        if (grade := relevance(score)) is None: probs.append((n, f"relevance {short_repr(score.strip())} is not an integer grade")); continue
+        if not re.fullmatch(r'[0-9]{1,9}', pi.strip()): probs.append((n, f"perspective {short_repr(pi)} is not a perspective index (0, 1, ...)")); continue
+        if did not in corpus: probs.append((n, f"doc {short_repr(did)} is not in corpus.jsonl")); continue
+        key = (qid, did, int(pi))
+        if key in seen: probs.append((n, f"duplicate judgment for query {short_repr(qid)}, doc {short_repr(did)}, perspective {int(pi)} (first on line {seen[key]})")); continue
+        seen[key] = n
+        if grade < 1: zero.append(n); continue
+        gold.setdefault(qid, {}).setdefault(int(pi), []).append((did, n))
+    if probs: raise DataFileError(path, probs, 'qrels file')
+    return gold, zero
 
-def read_perspective_beir(dir, split: str = 'test') -> tuple:
-    "`(corpus {doc_id: text}, queries)` from a folder `write_perspective_beir` wrote; `DataFileError` names bad lines."
-    dir = Path(dir)
-    corpus = {d['_id']: d['text'] for _, d in _read_jsonl(dir/'corpus.jsonl', 'corpus file')}
-    gold, probs = {}, []
-    with open(dir/'qrels'/f'{split}-perspectives.tsv', encoding='utf-8') as f:
-        for n, line in enumerate(f, 1):
-            parts = line.rstrip('\n').split('\t')
-            if n == 1 and parts[0] == 'query-id': continue
-            if len(parts) != 4 or not parts[3].isdigit(): probs.append((n, "expected 'query-id corpus-id score perspective'")); continue
-            if parts[1] not in corpus: probs.append((n, f"doc {parts[1]!r} is not in corpus.jsonl"))
-            elif float(parts[2]) >= 1: gold.setdefault(parts[0], {}).setdefault(int(parts[3]), []).append(parts[1])
+def _perspective_query(n, d, probs):
+    "`(qid, text, metadata)` of one `queries.jsonl` record, or None with its problems in `probs`."
+    qid, bad = d.get('_id'), len(probs)
+    if isinstance(qid, int) and not isinstance(qid, bool): qid = str(qid)
+    if not isinstance(qid, str) or not qid.strip(): probs.append((n, "missing or empty '_id'")); return None
+    if not isinstance(d.get('text'), str) or not d['text'].strip(): probs.append((n, f"query {short_repr(qid)}: missing or empty 'text'"))
+    md = d.get('metadata') or {}
+    if not isinstance(md, dict): probs.append((n, f"query {short_repr(qid)}: 'metadata' must be an object, got {type(md).__name__}")); return None
+    ps = md.get('perspectives')
+    if not isinstance(ps, list) or not ps: probs.append((n, f"query {short_repr(qid)}: metadata 'perspectives' must be a non-empty list")); ps = []
+    for i, p in enumerate(ps):
+        if not isinstance(p, dict): probs.append((n, f"query {short_repr(qid)}: perspectives[{i}] is not an object")); continue
+        for f, ok in (('text', isinstance(p.get('text'), str)), ('label', isinstance(p.get('label', ''), str)),
+                      ('meta', isinstance(p.get('meta') or {}, dict))):
+            if not ok: probs.append((n, f"query {short_repr(qid)}: perspectives[{i}] field {f!r} has the wrong type ({short_repr(p.get(f))})"))
+    for f, ok in (('source', isinstance(md.get('source', ''), str)), ('meta', isinstance(md.get('meta') or {}, dict))):
+        if not ok: probs.append((n, f"query {short_repr(qid)}: metadata field {f!r} has the wrong type ({short_repr(md.get(f))})"))
+    return None if len(probs) > bad else (qid, d['text'], md)
+
+def read_perspective_beir(dir, split: str = 'test', limits=None) -> tuple:
+    """`(corpus {doc_id: text}, queries)` from a folder `write_perspective_beir` wrote. Files are resolved inside `dir` and
+    read under `limits` (`data_io`'s reader policy); `DataFileError` names each bad file and line; judgments below 1 are
+    not gold and are counted in a warning."""
+    dir, lim = Path(dir), read_limits(limits)
+    corpus = {k: v['text'] for k, v in read_beir_corpus(dataset_file(dir, 'corpus.jsonl', 'corpus', lim), lim).items()}
+    qrels_rel = f'qrels/{split}-perspectives.tsv'
+    qpath = dataset_file(dir, 'queries.jsonl', 'queries', lim)
+    gpath = dataset_file(dir, qrels_rel, 'perspective qrels', lim)
+    probs, parsed, first = [], [], {}
+    for n, d in jsonl_records(qpath, probs, lim):
+        if (r := _perspective_query(n, d, probs)) is None: continue
+        if r[0] in first: probs.append((n, f"duplicate query id {short_repr(r[0])} (first on line {first[r[0]]})")); continue
+        first[r[0]] = n; parsed.append((n, *r))
+    if not probs and not parsed: probs.append((None, "no queries in file"))
+    if probs: raise QueryFileError(qpath, probs)
+    gold, zero = _perspective_qrels(gpath, corpus, lim)
+    n_ps = {qid: len(md['perspectives']) for _, qid, _, md in parsed}
+    probs = [(ln, f"query {short_repr(qid)}: " + (f"perspective {i}, but the query has {n_ps[qid]} perspective(s)" if qid in n_ps else
+                                                  "not in queries.jsonl"))
+             for qid, per in gold.items() for i, docs in per.items() if qid not in n_ps or i >= n_ps[qid] for _, ln in docs[:1]]
+    if probs: raise DataFileError(gpath, probs, 'qrels file')
+    if zero: warnings.warn(f"{len(zero)} judgment(s) in {gpath} with a score below 1 are judged non-relevant, not gold "
+                           f"(first on line {zero[0]})", stacklevel=2)
     qs = []
-    for n, d in _read_jsonl(dir/'queries.jsonl', 'query file'):
-        md, g = d.get('metadata') or {}, gold.get(d['_id'], {})
-        ps = [Perspective(p['text'], g.get(i, []), p.get('label', ''), p.get('meta') or {}) for i, p in enumerate(md.get('perspectives') or [])]
-        if not ps or any(not p.doc_ids for p in ps): probs.append((n, f"query {d['_id']!r}: a perspective without judgments")); continue
-        qs.append(PerspectiveQuery(d['_id'], d['text'], ps, md.get('source', ''), md.get('meta') or {}))
-    if probs: raise DataFileError(dir, probs, 'perspective BEIR folder')
+    for n, qid, text, md in parsed:
+        g = gold.get(qid, {})
+        ps = [Perspective(p['text'], [d for d, _ in g.get(i, [])], p.get('label', ''), p.get('meta') or {}) for i, p in enumerate(md['perspectives'])]
+        if empty := [i for i, p in enumerate(ps) if not p.doc_ids]:
+            probs.append((n, f"query {short_repr(qid)}: perspective(s) {empty[:5]} without a judgment >= 1 in {qrels_rel}")); continue
+        qs.append(PerspectiveQuery(qid, text, ps, md.get('source', ''), md.get('meta') or {}))
+    if probs: raise QueryFileError(qpath, probs)
     return corpus, qs

@@ -127,7 +127,8 @@ class Unit(_Record):
 
 @dataclass
 class Query(_Record):
-    "A query; `level` is its rephrasing level (0 = as generated); `group_id` ties variants / perspectives together."
+    """A query; `level` is its rephrasing level (0 = as generated); `group_id` ties variants / perspectives together.
+    `doc_ids` are the relevant docs; `grades` optionally maps some of them to an integer grade >= 1 (the rest have 1)."""
     id: str
     text: str
     doc_ids: list = field(default_factory=list)
@@ -135,6 +136,21 @@ class Query(_Record):
     level: int = 0
     group_id: Optional[str] = None
     meta: dict = field(default_factory=dict)
+    grades: dict = field(default_factory=dict)   # {doc_id: grade >= 1}; empty: every doc in doc_ids has grade 1
+    def __post_init__(self):
+        if not self.grades: return
+        gold = set(self.doc_ids)
+        for d, g in self.grades.items():
+            if d not in gold: raise ValueError(f"Query {self.id!r}: grade for {d!r}, which is not in doc_ids (grades are for relevant docs only)")
+            if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+                raise ValueError(f"Query {self.id!r}: grade {g!r} of {d!r} is not an integer >= 1 (a judged non-relevant doc is not in doc_ids)")
+    def judgments(self) -> dict:
+        "`{doc_id: grade}` for every relevant doc: the query's qrels row."
+        return {d: self.grades.get(d, 1) for d in self.doc_ids}
+    def to_dict(self):
+        d = asdict(self)
+        if not d['grades']: del d['grades']      # ungraded queries serialise as before (same JSON, same digests)
+        return d
 
 @dataclass
 class Run(_Record):

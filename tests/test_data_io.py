@@ -253,3 +253,90 @@ def test_did_you_mean_only_for_the_printed_problems_and_bounded(tmp_path, monkey
     # a suggestion is quoted like the id itself: at most 60 characters
     assert data_io._unknown(long_id + 'z', known) == f"unknown doc id {data_io.short_repr(long_id + 'z')} (did you mean {data_io.short_repr(long_id)}?)"
     assert len(data_io.short_repr(long_id)) == 60 and 'x' * 100 not in data_io._unknown(long_id + 'z', known)
+
+
+# ---------------------------------------------------------------- graded relevance end to end
+
+GRADED_QRELS = ('query-id\tcorpus-id\tscore\n'
+                'g1\talpha-paper\t3\ng1\tbeta-paper\t1\ng1\tgamma-paper\t0\n'     # grades 3, 1 and a judged non-relevant 0
+                'g2\tbeta-paper\t2\ng2\tgamma-paper\t2\n'                         # tied grades
+                'g3\talpha-paper\t1\n')                                         # binary
+
+
+def graded_beir(d):
+    (d / 'qrels').mkdir(parents=True)
+    write_lines(d / 'corpus.jsonl', [{'_id': k, 'title': '', 'text': f'text of {k}'} for k in KNOWN])
+    write_lines(d / 'queries.jsonl', [{'_id': f'g{i}', 'text': f'graded question {i}'} for i in range(1, 4)])
+    (d / 'qrels' / 'test.tsv').write_text(GRADED_QRELS)
+    return d
+
+
+def test_graded_beir_and_trec_qrels_keep_grades_and_round_trip_identically(tmp_path):
+    src = graded_beir(tmp_path / 'src')
+    corpus, qs, qrels = read_beir(src)
+    assert [(q.id, q.doc_ids, q.grades) for q in qs] == [('g1', ['alpha-paper', 'beta-paper'], {'alpha-paper': 3, 'beta-paper': 1}),
+                                                          ('g2', ['beta-paper', 'gamma-paper'], {'beta-paper': 2, 'gamma-paper': 2}),
+                                                          ('g3', ['alpha-paper'], {})]
+    assert qrels['g1'] == {'alpha-paper': 3, 'beta-paper': 1, 'gamma-paper': 0}          # the 0 stays judged
+    assert qrels_from_queries(qs) == {'g1': {'alpha-paper': 3, 'beta-paper': 1}, 'g2': {'beta-paper': 2, 'gamma-paper': 2},
+                                      'g3': {'alpha-paper': 1}}
+    # read -> write -> identical files; and read again -> identical records
+    write_beir(tmp_path / 'out', corpus, qs, qrels)
+    assert (tmp_path / 'out' / 'qrels' / 'test.tsv').read_text() == GRADED_QRELS
+    assert read_beir(tmp_path / 'out') == (corpus, qs, qrels)
+    # without a qrels dict the queries' own grades are written (no 0 rows, nothing else lost)
+    write_beir(tmp_path / 'out2', corpus, qs)
+    c2, q2, r2 = read_beir(tmp_path / 'out2')
+    assert q2 == qs and r2 == qrels_from_queries(qs)
+    # TREC qrels: written and read back with every grade; load_queries with them gives the same graded queries
+    write_trec_qrels(qrels, tmp_path / 'g.qrels')
+    assert read_trec_qrels(tmp_path / 'g.qrels') == qrels
+    with open(tmp_path / 'g.qrels') as f: assert pytrec_eval.parse_qrel(f) == qrels
+    assert load_queries(src / 'queries.jsonl', qrels=tmp_path / 'g.qrels') == qs
+    # a qrels dict with grades works the same; one with a non-integer grade is refused, naming query and doc
+    assert load_queries(src / 'queries.jsonl', qrels=qrels) == qs
+    with pytest.raises(QueryFileError, match=r"qrels for query 'g1', doc 'beta-paper': relevance 1.5 is not an integer grade"):
+        load_queries(src / 'queries.jsonl', qrels={'g1': {'alpha-paper': 2, 'beta-paper': 1.5}})
+    for w in (lambda: write_trec_qrels({'g1': {'alpha-paper': float('nan')}}, tmp_path / 'bad.qrels'),
+              lambda: write_beir(tmp_path / 'bad', corpus, qs, {'g1': {'alpha-paper': 'high'}})):
+        with pytest.raises(ValueError, match="is not an integer grade"): w()
+
+
+def test_graded_beir_evaluates_like_pytrec_eval_on_the_qrels_file(tmp_path):
+    src = graded_beir(tmp_path / 'src')
+    corpus, qs, qrels = read_beir(src)
+    run = Run(scores={'g1': {'beta-paper': 0.9, 'gamma-paper': 0.5, 'alpha-paper': 0.5},
+                      'g2': {'alpha-paper': 0.7, 'gamma-paper': 0.7, 'beta-paper': 0.7}, 'g3': {'beta-paper': 1.0}})
+    p_qrels = {}                                                        # the TSV parsed independently of docbench
+    for line in (src / 'qrels' / 'test.tsv').read_text().splitlines()[1:]:
+        q, d, g = line.split('\t'); p_qrels.setdefault(q, {})[d] = int(g)
+    ref = pytrec_eval.RelevanceEvaluator(p_qrels, {'ndcg_cut_10', 'recall_10'}).evaluate(run.scores)
+    from docbench_nb.metrics import score_run
+    for r in score_run(run, qs)['per_query']:
+        assert abs(r['ndcg@10'] - ref[r['query_id']]['ndcg_cut_10']) < 1e-9
+        assert abs(r['recall@10'] - ref[r['query_id']]['recall_10']) < 1e-9
+    assert 0 < ref['g1']['ndcg_cut_10'] < 1
+
+
+def test_docbench_query_file_grades(tmp_path):
+    f = write_lines(tmp_path / 'q.jsonl', [rec(1, doc_ids=['beta-paper'], grades={'alpha-paper': 2}), rec(2)])
+    qs = load_queries(f, known_doc_ids=KNOWN)
+    assert [(q.id, q.judgments()) for q in qs if q.level in (0, 1)] == [
+        ('Q1', {'alpha-paper': 2, 'beta-paper': 1}), ('Q1@L1', {'alpha-paper': 2, 'beta-paper': 1}), ('Q2', {'alpha-paper': 1}), ('Q2@L1', {'alpha-paper': 1})]
+    assert 'grades' not in qs[0].meta
+    bad = write_lines(tmp_path / 'bad.jsonl', [rec(1, grades={'beta-paper': 2}), rec(2, grades={'alpha-paper': 0}), rec(3, grades=['alpha-paper']),
+                                               rec(4, grades={'alpha-paper': 'inf'})])
+    with pytest.raises(QueryFileError) as ei: load_queries(bad)
+    msg = str(ei.value)
+    assert "line 1: query 'Q1': grades names 'beta-paper', which is not one of its gold doc ids" in msg
+    assert "line 2: query 'Q2': grade 0 of 'alpha-paper' is not an integer grade >= 1" in msg
+    assert "line 3: query 'Q3': 'grades' must be an object {doc id: grade}, got list" in msg
+    assert "line 4: query 'Q4': grade 'inf' of 'alpha-paper'" in msg
+
+
+def test_old_query_json_without_grades_still_loads_and_ungraded_json_is_unchanged():
+    old = '{"id": "q", "text": "t", "doc_ids": ["a"], "evidence_type": null, "level": 0, "group_id": null, "meta": {}}'
+    q = Query.from_json(old)
+    assert q.grades == {} and q.judgments() == {'a': 1} and q.to_json() == old
+    g = Query('q', 't', ['a', 'b'], grades={'b': 2})
+    assert Query.from_json(g.to_json()) == g and json.loads(g.to_json())['grades'] == {'b': 2}

@@ -87,3 +87,18 @@ def test_cli_export_and_evaluate_dataset(exported, tmp_path, capsys):
     assert d['n_papers'] == 1 and d['n_pages'] == maps['dong-obliquity'].n_pages and d['n_queries'] == 8
     a = ap.parse_args(['-q', 'evaluate-dataset', str(tmp_path / 'ex'), '--retriever', 'bm25', '--content', 'text'])
     assert a.fn(a) == 0 and 'overall (L0)' in capsys.readouterr().out
+
+
+def test_graded_judgments_survive_export_and_import(tmp_path):
+    "Grades 2 and 1 written as page and paper qrels come back as the same graded `Query`s (before: every grade became 1)."
+    from docbench_nb.export import export_beir
+    from docbench_nb.records import Query, Paper
+    img = tmp_path / 'p.png'; Image.new('RGB', (8, 8), 'white').save(img)
+    pages = [{'corpus-id': f'a#p{i}', 'doc-id': 'a', 'page': i, 'text': f'page {i} text', 'image': str(img)} for i in (1, 2, 3)]
+    qs = [Query('q1', 'which page', ['a'], 'text', 0, 'q1', {}, {'a': 2}), Query('q2', 'another', ['a'], 'text', 0, 'q2')]
+    page_qrels = {'q1': {'a#p1': 2, 'a#p2': 1, 'a#p3': 0}, 'q2': {'a#p3': 1}}
+    export_beir(tmp_path / 'ds', pages, qs, page_qrels, papers=[Paper('a', 'A title', 'a text')])
+    _, got, _ = import_beir(tmp_path / 'ds', content='text')
+    assert {q.id: q.judgments() for q in got} == {'q1': {'a#p1': 2, 'a#p2': 1}, 'q2': {'a#p3': 1}}
+    _, got, _ = import_beir(tmp_path / 'ds', content='text', level='paper')
+    assert {q.id: q.judgments() for q in got} == {'q1': {'a': 2}, 'q2': {'a': 1}}

@@ -482,3 +482,126 @@ def test_decisions_file_has_its_own_small_limit(tmp_path):
     f.write_text('id,decision\nA-1,keep\n')
     with pytest.raises(DataFileError, match='over the read limit file_bytes=10'): read_decisions(f, limits='file_bytes=10')
     assert read_decisions(f) == {'A-1': ('keep', '', 2)}
+
+
+# ================================================================ perspective BEIR folders (perspectives.read_perspective_beir)
+from docbench_nb.data_io import QueryFileError
+from docbench_nb.perspectives import Perspective, PerspectiveQuery, write_perspective_beir, read_perspective_beir
+
+P_CORPUS = {'a': 'alpha', 'b': 'beta', 'c': 'gamma'}
+P_QUERIES = [PerspectiveQuery('q1', 'x?', [Perspective('one', ['a', 'b'], 'l1', {'k': 1}), Perspective('two', ['b'])], 'src'),
+             PerspectiveQuery('q2', 'y?', [Perspective('three', ['c'])])]
+P_QRELS = 'qrels/test-perspectives.tsv'
+
+
+def persp_ds(d):
+    return write_perspective_beir(d, P_CORPUS, P_QUERIES)
+
+
+def _lines_of(d, rel): return (d / rel).read_text().splitlines()
+
+
+@pytest.mark.parametrize('rel', ['corpus.jsonl', 'queries.jsonl', P_QRELS])
+def test_perspective_folder_links_out_are_refused_and_never_read(tmp_path, rel):
+    d = persp_ds(tmp_path / 'ds')
+    secret = tmp_path / 'secret.txt'; secret.write_text('root:x:0:0:SECRET-LINE\n')
+    (d / rel).unlink(); os.symlink(secret, d / rel)
+    with pytest.raises(OutsideRootError, match=f"'{rel}' is a link that leads out of") as ei: read_perspective_beir(d)
+    assert 'SECRET' not in str(ei.value)
+    # the folder's own path through a link outside it (the split) is refused the same way
+    with pytest.raises(OutsideRootError, match=r"'\.\.' in path"): read_perspective_beir(persp_ds(tmp_path / 'ok'), split='../../x')
+
+
+def test_perspective_folder_fifo_and_size_limits(tmp_path):
+    d = persp_ds(tmp_path / 'ds')
+    (d / P_QRELS).unlink(); os.mkfifo(d / P_QRELS)
+    with pytest.raises(OSError, match='is not a regular file'): read_perspective_beir(d)   # never opened, so never blocks
+    d = persp_ds(tmp_path / 'ds2')
+    with pytest.raises(DataFileError, match=r"corpus\.jsonl: .* over the read limit file_bytes=10"): read_perspective_beir(d, limits={'file_bytes': 10})
+    with open(d / 'queries.jsonl', 'a') as f: f.write('{"_id": "' + 'x' * 5000 + '"}\n')
+    with pytest.raises(DataFileError, match=r"queries\.jsonl, line 3: line longer than 1,000 bytes \(read limit line_bytes\)") as ei:
+        read_perspective_beir(d, limits='line_bytes=1000')
+    assert 'xxxxxxxx' not in str(ei.value)
+    d = persp_ds(tmp_path / 'ds3')
+    with pytest.raises(DataFileError, match=r"test-perspectives\.tsv, line 4: more than 3 lines \(read limit rows\)"):
+        read_perspective_beir(d, limits={'rows': 3, 'line_bytes': 10**6})
+
+
+BAD_QUERY_LINES = [
+    ('{"_id": "q1", "text": "x?", "metadata": ', "line 1: bad JSON"),
+    ('[1, 2]', "line 1: expected a JSON object, got list"),
+    ('{"_id": "q1", "text": "x?", "metadata": "nope"}', "line 1: query 'q1': 'metadata' must be an object, got str"),
+    ('{"_id": "q1", "text": "x?", "metadata": {"perspectives": {"0": "one"}}}', "line 1: query 'q1': metadata 'perspectives' must be a non-empty list"),
+    ('{"_id": "q1", "text": "x?", "metadata": {"perspectives": [{"text": 7}, "two"]}}', "line 1: query 'q1': perspectives[0] field 'text' has the wrong type (7)"),
+    ('{"_id": "q1", "text": "", "metadata": {"perspectives": [{"text": "one"}, {"text": "two"}]}}', "line 1: query 'q1': missing or empty 'text'"),
+    ('{"_id": ["q1"], "text": "x?"}', "line 1: missing or empty '_id'"),
+    ('{"_id": "q1", "text": "x?", "metadata": {"source": 3, "perspectives": [{"text": "one"}, {"text": "two"}]}}', "line 1: query 'q1': metadata field 'source' has the wrong type (3)"),
+]
+
+
+@pytest.mark.parametrize('line, msg', BAD_QUERY_LINES)
+def test_perspective_queries_bad_lines_name_file_and_line(tmp_path, line, msg):
+    d = persp_ds(tmp_path / 'ds')
+    lines = _lines_of(d, 'queries.jsonl'); lines[0] = line
+    (d / 'queries.jsonl').write_text('\n'.join(lines) + '\n')
+    with pytest.raises(QueryFileError) as ei: read_perspective_beir(d)
+    assert f"{d / 'queries.jsonl'}, {msg}" in str(ei.value)
+
+
+BAD_QRELS_ROWS = [
+    ('q1\ta\tinf\t0', "line 6: relevance 'inf' is not an integer grade"),
+    ('q1\ta\t1\t-1', "line 6: perspective '-1' is not a perspective index"),
+    ('q1\ta\t1\t' + '9' * 200, "line 6: perspective '99999"),
+    ('q1\ta\t1', "line 6: expected 4 tab-separated fields 'query-id corpus-id score perspective', got 3"),
+    ('q1\tzz\t1\t0', "line 6: doc 'zz' is not in corpus.jsonl"),
+    ('q1\ta\t1\t0', "line 6: duplicate judgment for query 'q1', doc 'a', perspective 0 (first on line 2)"),
+    ('q9\ta\t1\t0', "line 6: query 'q9': not in queries.jsonl"),
+    ('q2\ta\t1\t1', "line 6: query 'q2': perspective 1, but the query has 1 perspective(s)"),
+    ('\ta\t1\t0', "line 6: empty query or document id"),
+]
+
+
+@pytest.mark.parametrize('row, msg', BAD_QRELS_ROWS)
+def test_perspective_qrels_bad_rows_name_file_and_line(tmp_path, row, msg):
+    d = persp_ds(tmp_path / 'ds')
+    with open(d / P_QRELS, 'a') as f: f.write(row + '\n')
+    with pytest.raises(DataFileError) as ei: read_perspective_beir(d)
+    err = str(ei.value)
+    assert f"{d / P_QRELS}, {msg}" in err and len(err) < 400, err       # a long token is quoted in at most 60 characters
+
+
+def test_perspective_folder_skips_nothing_silently(tmp_path):
+    d = persp_ds(tmp_path / 'ds')
+    assert read_perspective_beir(d) == (P_CORPUS, P_QUERIES)
+    # judgments below 1 are judged non-relevant: not gold, and counted in a warning naming the file and the first line
+    with open(d / P_QRELS, 'a') as f: f.write('q1\tc\t0\t0\nq2\ta\t-1\t0\n')
+    with pytest.warns(UserWarning, match=r"2 judgment\(s\) in .*test-perspectives\.tsv with a score below 1 are judged non-relevant, not gold \(first on line 6\)"):
+        assert read_perspective_beir(d) == (P_CORPUS, P_QUERIES)
+    # a perspective whose only judgment is 0 is an error on the query's line, never a perspective dropped
+    d = persp_ds(tmp_path / 'ds2')
+    lines = [l for l in _lines_of(d, P_QRELS) if not l.startswith('q2\t')] + ['q2\tc\t0\t0']
+    (d / P_QRELS).write_text('\n'.join(lines) + '\n')
+    with pytest.raises(QueryFileError, match=r"queries\.jsonl, line 2: query 'q2': perspective\(s\) \[0\] without a judgment >= 1"), \
+            pytest.warns(UserWarning, match='1 judgment'):
+        read_perspective_beir(d)
+    # a duplicate query id is refused with both lines
+    d = persp_ds(tmp_path / 'ds3')
+    (d / 'queries.jsonl').write_text((d / 'queries.jsonl').read_text() + _lines_of(d, 'queries.jsonl')[0] + '\n')
+    with pytest.raises(QueryFileError, match=r"line 3: duplicate query id 'q1' \(first on line 1\)"): read_perspective_beir(d)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(['q1', 'q2', 'q 1', '', 'x' * 80]), st.sampled_from(['a', 'b', 'c', 'zz', '']),
+                          st.sampled_from(['0', '1', '2', '-1', '1.5', 'inf', 'x']), st.sampled_from(['0', '1', '2', '-1', 'a', '٣', ''])),
+                max_size=6),
+       st.lists(JV | st.sampled_from(['q1', 'x?']), max_size=3))
+def test_fuzz_perspective_folder(tmp_path_factory, rows, junk):
+    d = persp_ds(tmp_path_factory.mktemp('persp'))
+    with open(d / P_QRELS, 'a') as f: f.write(''.join('\t'.join(r) + '\n' for r in rows))
+    with open(d / 'queries.jsonl', 'a') as f: f.write(''.join(json.dumps({'_id': 'j', 'text': 't', 'metadata': j}) + '\n' for j in junk))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        out = _only_allowed(lambda: read_perspective_beir(d))
+    if isinstance(out, tuple):
+        assert all(p.doc_ids and set(p.doc_ids) <= set(P_CORPUS) for q in out[1] for p in q.perspectives)
+    else: assert str(d) in str(out)

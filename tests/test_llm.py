@@ -1,5 +1,6 @@
 "LLM backend: the openai: kind against a scripted loopback server (retries, timeouts, JSON repairs, concurrency, rate, cache), and the bundled SmolLM2."
-import json, socket, time, warnings, pytest
+import json, os, socket, time, warnings, pytest
+from pathlib import Path
 from docbench_nb.llm import LLMError, LLMReply, LocalLLM, OpenAILLM, make_llm, llm_help
 from docbench_nb.testing import ScriptedChatServer
 
@@ -50,14 +51,20 @@ def test_client_error_not_retried(tmp_path):
         r = llm_for(srv, tmp_path).chat(ASK, raise_on_error=False)
         assert srv.n_calls == 1 and 'HTTP 404' in r.error and r.attempts == 1
 
-def test_timeout_recorded_with_endpoint(tmp_path):
+def test_timeout_recorded_with_endpoint(tmp_path, monkeypatch):
+    import types, docbench_nb.llm as L
+    slept = []                                              # the backoff the client chose, recorded rather than timed
+    monkeypatch.setattr(L, 'time', types.SimpleNamespace(monotonic=time.monotonic, perf_counter=time.perf_counter, time=time.time,
+                                                         sleep=lambda s: (slept.append(s), time.sleep(s))[1]))
     with ScriptedChatServer(default={'content': 'too late', 'delay': 3}) as srv:
         llm = llm_for(srv, tmp_path, 'timeout=0.3&max_retries=1&backoff=0.01')
-        t = time.perf_counter()
         r = llm.chat(ASK, raise_on_error=False)
-        assert time.perf_counter() - t < 2.5
+        # counted, not timed: the timeout path was taken on both attempts (the 3 s 'too late' answer never came back),
+        # the server saw exactly the two requests, and one 0.01 s backoff (less jitter) was slept between them
         assert r.error == f"openai model 'tiny' at {srv.base_url}/chat/completions: timed out after 0.3 s; gave up after 2 attempt(s)"
-        assert r.text == '' and srv.n_calls == 2
+        assert (r.text, r.attempts, srv.n_calls) == ('', 2, 2) and all(q['json']['messages'] == ASK for q in srv.requests)
+        assert len(slept) == 1 and slept[0] <= 0.01, slept
+        assert (llm.stats['requests'], llm.stats['failures'], llm.stats['cache_hits']) == (2, 1, 0), llm.stats
 
 def test_connection_refused(tmp_path):
     with socket.socket() as s:
@@ -100,13 +107,14 @@ def test_chat_many_concurrency_order_and_cache(tmp_path):
     reqs = [[{'role': 'user', 'content': f'question {i}'}] for i in range(n)]
     echo = lambda req: {'content': req['messages'][-1]['content'].upper(), 'delay': delay}
     with ScriptedChatServer(default=echo) as srv:
-        t = time.perf_counter(); seq = llm_for(srv, tmp_path / 'seq', 'concurrency=1').chat_many(reqs); t_seq = time.perf_counter() - t
-        assert srv.peak == 1
+        one = llm_for(srv, tmp_path / 'seq', 'concurrency=1'); seq = one.chat_many(reqs)
+        assert srv.peak == 1 and srv.n_calls == n                            # counted: all n sent, never two in flight
+        assert (one.stats['requests'], one.stats['cache_hits']) == (n, 0) and not any(r.cached for r in seq)
         srv.peak = 0
         llm = llm_for(srv, tmp_path / 'par', 'concurrency=4')
-        t = time.perf_counter(); par = llm.chat_many(reqs); t_par = time.perf_counter() - t
+        par = llm.chat_many(reqs)
         assert [r.text for r in par] == [r.text for r in seq] == [f'QUESTION {i}' for i in range(n)]     # order kept
-        assert srv.peak == 4 and t_seq >= n * delay                          # counted: four requests in flight at once
+        assert srv.peak == 4 and srv.n_calls == 2 * n                        # counted: four requests in flight at once
         calls = srv.n_calls
         again = llm_for(srv, tmp_path / 'par', 'concurrency=4')            # a rerun: new process state, same cache
         rs = again.chat_many(reqs)
@@ -161,12 +169,28 @@ def test_cache_key_covers_the_request(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_smollm2_json_answer_and_cache(tmp_path):
-    t = time.perf_counter(); llm = make_llm('local', cache_dir=tmp_path); t_first = time.perf_counter() - t   # converts the GGUF
-    t = time.perf_counter(); llm.load(); t_load1 = time.perf_counter() - t
-    t = time.perf_counter(); again = make_llm('local', cache_dir=tmp_path); again.load(); t_cached = time.perf_counter() - t
-    print(f'SmolLM2: GGUF conversion {t_first:.1f} s, load of the converted copy {t_load1:.2f} s, second make_llm+load {t_cached:.2f} s')
-    assert isinstance(llm, LocalLLM) and t_cached < 10 and llm.fingerprint == again.fingerprint
+def test_smollm2_json_answer_and_cache(tmp_path, monkeypatch):
+    import docbench_nb.llm as L, transformers
+    work = {'gguf_reads': 0, 'loads': [], 'hashed': []}          # counted, not timed: GGUF reads, model loads, file hashes
+    real_load, real_hash = transformers.AutoModelForCausalLM.from_pretrained, L.file_sha256
+    def load(*a, **k):
+        if k.get('gguf_file'): work['gguf_reads'] += 1
+        else: work['loads'].append(str(a[0]))
+        return real_load(*a, **k)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, 'from_pretrained', load)
+    monkeypatch.setattr(L, 'file_sha256', lambda p, *a, **k: (work['hashed'].append(str(p)), real_hash(p, *a, **k))[1])
+    llm = make_llm('local', cache_dir=tmp_path)                  # converts the GGUF
+    assert work['gguf_reads'] == 1 and [Path(x).name for x in work['hashed']] == [L.SMOLLM2_GGUF]
+    llm.load()
+    done = Path(llm.path) / 'complete.json'
+    before = (os.stat(llm.path).st_ino, done.stat().st_ino, done.stat().st_mtime_ns)
+    work.update(gguf_reads=0, loads=[], hashed=[])
+    again = make_llm('local', cache_dir=tmp_path); again.load()
+    # the second make_llm + load used the converted copy as it was: no GGUF read, no 98 MB hash (remembered), the same
+    # folder and completion marker (a reconversion replaces both), and one load of the converted folder
+    assert work == {'gguf_reads': 0, 'loads': [str(llm.path)], 'hashed': []}, work
+    assert (again.path, (os.stat(again.path).st_ino, done.stat().st_ino, done.stat().st_mtime_ns)) == (llm.path, before)
+    assert isinstance(llm, LocalLLM) and llm.fingerprint == again.fingerprint
     schema = {'type': 'object', 'properties': {'answer': {'type': 'string'}}, 'required': ['answer']}
     q = [{'role': 'user', 'content': 'What is the capital of France? Answer as JSON like {"answer": "..."}.'}]
     t = time.perf_counter(); r = llm.chat(q, schema=schema, max_tokens=48, raise_on_error=False); t_gen = time.perf_counter() - t

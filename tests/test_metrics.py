@@ -282,3 +282,71 @@ def test_compare_runs_on_score_run_results():
     assert c2 == c
     with pytest.raises(ValueError, match='different queries'):
         compare_runs({'a': 1.0}, {'a': 1.0, 'b': 0.0})
+
+
+# ---------------------------------------------------------------- graded relevance end to end (Query.grades)
+
+def graded_case(seed, n_q=30, n_docs=40):
+    """Graded `Query` objects (grades 1-4, some docs ungraded = 1, several docs sharing a grade), the same judgments
+    plus judged-non-relevant 0s as pytrec_eval qrels, and a run with many score ties."""
+    rng = random.Random(seed)
+    docs = [f'd{i}' for i in range(n_docs)] + ['D1', 'd1a', 'ü-doc', 'z']
+    queries, qrels, run = [], {}, {}
+    for i in range(n_q):
+        qid = f'q{i}'
+        judged = rng.sample(docs, rng.randint(2, 9))
+        gold = judged[:max(1, len(judged) - 2)]
+        grades = {d: rng.choice([1, 2, 2, 3, 4]) for d in gold if rng.random() < 0.8}   # the rest: grade 1 by default
+        queries.append(Query(qid, 't', gold, 'text', 0, qid, grades=grades))
+        qrels[qid] = {**{d: grades.get(d, 1) for d in gold}, **{d: 0 for d in judged if d not in gold}}
+        if i % 9 != 4:                                   # some queries missing from the run
+            ret = rng.sample(docs, rng.randint(0, 25)) + gold[:1]
+            run[qid] = {d: rng.randint(0, 3) / 2 for d in ret}
+    return queries, qrels, run
+
+
+@pytest.mark.parametrize('seed', range(8))
+def test_graded_queries_match_pytrec_eval_ndcg_cut_per_query(seed):
+    queries, qrels, run = graded_case(seed)
+    assert any(len(set(s.values())) < len(s) for s in run.values()), 'case must contain ties'
+    assert any(len(set(q.grades.values())) > 1 for q in queries), 'case must mix grades'
+    # the qrels docbench builds are the graded judgments without the 0s (which change none of these measures)
+    assert qrels_from_queries(queries) == {q: {d: g for d, g in r.items() if g > 0} for q, r in qrels.items()}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {'ndcg_cut_10', 'ndcg_cut_5', 'recall_1', 'recall_5', 'recall_10'}).evaluate(run)
+    ref_rr = pytrec_eval.RelevanceEvaluator(qrels, {'recip_rank'}).evaluate(trec_top(run, 10))
+    per = {r['query_id']: r for r in score_run(Run(scores=run), queries)['per_query']}
+    nd = ndcg_at_k(run, qrels_from_queries(queries), 10)
+    for q in queries:
+        r = ref.get(q.id)
+        if r is None:                                    # not in the run: trec_eval omits it, docbench scores 0
+            assert per[q.id]['ndcg@10'] == nd[q.id] == 0.0; continue
+        for ours, theirs in (('ndcg@10', 'ndcg_cut_10'), ('ndcg@5', 'ndcg_cut_5'), ('recall@1', 'recall_1'),
+                             ('recall@5', 'recall_5'), ('recall@10', 'recall_10')):
+            assert abs(per[q.id][ours] - r[theirs]) < 1e-9, (q.id, ours, per[q.id][ours], r[theirs])
+        assert abs(nd[q.id] - r['ndcg_cut_10']) < 1e-9
+        assert abs(per[q.id]['mrr@10'] - ref_rr[q.id]['recip_rank']) < 1e-9
+    # grades matter: the same queries read as binary give other nDCG values on some queries
+    binary = [Query(q.id, q.text, q.doc_ids, q.evidence_type, q.level, q.group_id) for q in queries]
+    nb = ndcg_at_k(run, qrels_from_queries(binary), 10)
+    assert any(abs(nb[q] - nd[q]) > 1e-6 for q in nd)
+    rb = recall_at_k(run, qrels_from_queries(binary), 10)
+    assert rb == recall_at_k(run, qrels_from_queries(queries), 10)   # recall counts grade >= 1 alike
+
+
+def test_graded_ties_known_answer_and_robustness():
+    # grades 3, 2, 2, 1; the run ties b and c at 0.5 (trec_eval order: doc id descending -> c, b)
+    q = Query('g', 't', ['a', 'b', 'c', 'd'], grades={'a': 3, 'b': 2, 'c': 2})
+    run = Run(scores={'g': {'d': 0.9, 'b': 0.5, 'c': 0.5, 'x': 0.4, 'a': 0.1}})
+    dcg = 1 / math.log2(2) + 2 / math.log2(3) + 2 / math.log2(4) + 3 / math.log2(6)
+    idcg = 3 / math.log2(2) + 2 / math.log2(3) + 2 / math.log2(4) + 1 / math.log2(5)
+    ev = score_run(run, [q])['per_query'][0]
+    assert abs(ev['ndcg@10'] - dcg / idcg) < 1e-12 and ev['mrr@10'] == 1.0 and ev['recall@1'] == 0.25
+    ref = pytrec_eval.RelevanceEvaluator({'g': q.judgments()}, {'ndcg_cut_10'}).evaluate(run.scores)['g']['ndcg_cut_10']
+    assert abs(ev['ndcg@10'] - ref) < 1e-9
+    # robustness: the worst variant of a graded group, with the variants' own grades
+    v = Query('g@L1', 't', ['a', 'b', 'c', 'd'], level=1, group_id='g', grades={'a': 3, 'b': 2, 'c': 2})
+    g0 = Query('g', 't', ['a', 'b', 'c', 'd'], group_id='g', grades={'a': 3, 'b': 2, 'c': 2})
+    run2 = Run(scores={'g': run.scores['g'], 'g@L1': {'a': 1.0}})
+    assert abs(robustness_at_k(run2, [g0, v]) - min(dcg / idcg, 3 / idcg)) < 1e-12
+    with pytest.raises(ValueError, match='different judgments'):
+        qrels_from_queries([g0, Query('g', 't', ['a', 'b', 'c', 'd'])])

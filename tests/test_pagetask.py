@@ -76,7 +76,20 @@ def test_grid_page_task_beside_paper_task(small, tmp_path):
     t = grid(corpus, qfile, tmp_path / 'g', representations='text,page-latex', retrievers='bm25', task='page', progress=False, log=lambda m: None)
     assert t['failed'] == 0 and t['task'] == 'page'
     assert [r['n_docs'] for r in t['rows']] == [sum(m.n_pages for m in maps.values())] * 2
-    assert all(0 < r['ndcg@10'] <= 1 for r in t['rows'])
+    # each row's nDCG@10 recomputed independently: trec_eval (pytrec_eval) on the TREC run file the grid wrote, against
+    # page qrels built here from the level-0 queries (the grid's `overall`); a query the run has no line for scores 0
+    import pytrec_eval
+    pqs, _ = page_queries(load_queries(qfile, levels=(0,)), maps)
+    qrels = {q.id: {d: 1 for d in q.doc_ids} for q in pqs}
+    for r in t['rows']:
+        run = {}
+        for line in (tmp_path / 'g' / r['run']).read_text().splitlines():
+            qid, _, doc, _, score, _ = line.split()
+            run.setdefault(qid, {})[doc] = float(score)
+        per_q = pytrec_eval.RelevanceEvaluator(qrels, {'ndcg_cut.10'}).evaluate(run)
+        expected = sum(per_q.get(q, {}).get('ndcg_cut_10', 0.0) for q in qrels) / len(qrels)
+        assert 0 < expected, (r['label'], expected)
+        assert r['ndcg@10'] == pytest.approx(expected, abs=1e-9), (r['label'], r['ndcg@10'], expected)
     tp = grid(corpus, qfile, tmp_path / 'g', representations='text', retrievers='bm25', progress=False, log=lambda m: None)
     assert tp['computed'] == 1 and tp['rows'][0]['n_docs'] == len(papers)
     assert grid(corpus, qfile, tmp_path / 'g', representations='text,page-latex', retrievers='bm25', task='page',

@@ -1,5 +1,5 @@
 "Tests for docbench_nb.parse: one construct per test, hostile inputs, and corpus-level quality targets on ../shared."
-import json, os, random, re, time
+import json, os, random, re
 from pathlib import Path
 import pytest
 from docbench_nb.records import Paper, PaperError
@@ -17,15 +17,24 @@ def test_macros_with_args_defaults_and_def():
     out = expand_macros(r'$\vect{x}+\pair{a}{\vect b}$ \fig{f:1} \fig[Fig.]{f:2} \msun{} \tw ab $\tr A$', ms)
     assert out == r'$\mathbf{x}+(a,\mathbf{b})$ Figure~\ref{f:1} Fig.~\ref{f:2} M_\odot ba $\operatorname{tr} A$'
 
-def test_unsafe_and_runaway_macros_are_left_alone():
+def test_unsafe_and_runaway_macros_are_left_alone(monkeypatch):
+    import docbench_nb.macros as M
     ms = parse_macros(r'''\newcommand{\rec}{\rec x} \def\delim#1.{#1} \newcommand{\cs}{\csname foo\endcsname}
     \newcommand{\a}{\b\b\b\b\b\b\b\b}\newcommand{\b}{\c\c\c\c\c\c\c\c}\newcommand{\c}{\d\d\d\d\d\d\d\d}\newcommand{\d}{0123456789}''')
     assert not ms['rec'].safe and not ms['delim'].safe and not ms['cs'].safe and ms['a'].safe
     assert expand_macros(r'\rec \delim a. \cs', ms) == r'\rec \delim a. \cs'
-    t0 = time.time()
     text = r'\a ' * 50_000
+    # counted, not timed: the characters expansion produced (every body goes through the size budget's `spend`).
+    # budget = 4 × 150,000 chars + 200,000 = 800,000; one \a spends 512·10 + 64·80 + 8·640 + 5,120 = 20,480 chars in
+    # 585 bodies, so the budget runs out inside the 40th \a, having spent at most one body (≤ 5,120 chars) past it
+    budget, spent, real = 4 * len(text) + 200_000, {'chars': 0, 'bodies': 0}, M._Budget.spend
+    def spend(self, body):
+        spent['chars'] += len(body); spent['bodies'] += 1
+        assert spent['chars'] <= budget + 5_120, spent      # stops a regression at once, not after building gigabytes
+        return real(self, body)
+    monkeypatch.setattr(M._Budget, 'spend', spend)
     assert expand_macros(text, ms) == text                 # exceeds the size budget: unexpanded, not a 25 GB string
-    assert time.time() - t0 < 20
+    assert budget < spent['chars'] <= budget + 5_120 and spent['bodies'] <= 40 * 585, spent   # the budget path was taken
 
 def test_macro_used_for_environments_and_refs():
     p = parse_text(doc(r'''\beq a=b \label{e1}\eeq
@@ -234,7 +243,7 @@ def test_binary_garbage_file_yields_a_record(tmp_path):
     assert len(recs) == 1 and isinstance(recs[0], Paper)
     assert '\x00' not in recs[0].text and any('UTF-8' in w for w in recs[0].warnings)
 
-def test_five_megabyte_file(tmp_path):
+def test_five_megabyte_file(tmp_path, monkeypatch):
     rng = random.Random(1)
     words = 'the model data we result method table value error sample star mass rate figure shows large small'.split()
     def prose(n): return ' '.join(rng.choice(words) for _ in range(n)) + '.'
@@ -246,9 +255,17 @@ def test_five_megabyte_file(tmp_path):
         parts.append(block % (prose(150), i, i, prose(80), i, i, i, prose(60))); n += len(parts[-1]); i += 1
     (tmp_path / 'big.tex').write_text(doc('\\section{Big}\n' + ''.join(parts)))
     assert (tmp_path / 'big.tex').stat().st_size > 5_000_000
-    t0 = time.time()
+    import docbench_nb.clean as C, docbench_nb.parse as P, docbench_nb.tex as T
+    work = {'brace_chars': 0, 'sentences': 0}                 # counted, not timed: the scans that could go quadratic
+    real_pairs, real_span = C.brace_pairs, P.sentence_span
+    monkeypatch.setattr(C, 'brace_pairs', lambda s: (work.__setitem__('brace_chars', work['brace_chars'] + len(s)), real_pairs(s))[1])
+    monkeypatch.setattr(P, 'sentence_span', lambda *a, **k: (work.__setitem__('sentences', work['sentences'] + 1), real_span(*a, **k))[1])
+    monkeypatch.setitem(T.SCAN_STATS, 'env_tokens', 0)
+    src = (tmp_path / 'big.tex').read_text()
     p = parse_paper(tmp_path / 'big.tex', cache_dir=tmp_path / 'c')
-    assert time.time() - t0 < 90
+    assert work['brace_chars'] <= len(src), work             # brace pairs found in one pass over the body, not one per group
+    assert work['sentences'] == i                            # one bounded sentence window per reference (one \ref a block)
+    assert T.SCAN_STATS['env_tokens'] <= src.count('\\begin{') + src.count('\\end{'), T.SCAN_STATS   # each visited once at most
     assert len(p.figures) == i and len(p.equations) == i and len(p.paragraphs) >= 2 * i
     assert all(len(f.ref_spans) == 1 for f in p.figures)
     assert 'We measure' in p.span_text(p.figures[-1].ref_spans[0])

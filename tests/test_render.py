@@ -1,5 +1,5 @@
 "Rendering: sandbox (shell escape, file reads outside the copy, endless loops), page budget, preamble repairs, fallback, snippets, real papers."
-import os, re, shutil, subprocess, time, unicodedata, uuid, warnings
+import os, re, shutil, subprocess, unicodedata, uuid, warnings
 from pathlib import Path
 import pytest
 from PIL import Image
@@ -32,6 +32,40 @@ def _private_tmp(tmp_path, monkeypatch):
     import tempfile
     (tmp_path / 'tmp').mkdir(exist_ok=True)
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path / 'tmp'))
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    "Every external tool rendering starts (all go through `run_tool`), in launch order: `[tool, seconds granted, killed, argv]`."
+    from docbench_nb import assets, sandbox
+    out, real = [], assets.run_tool
+    def spy(cmd, timeout, *a, **k):
+        rec = [Path(str(cmd[0])).name, float(timeout), False, [str(c) for c in cmd]]; out.append(rec)
+        try: return real(cmd, timeout, *a, **k)
+        except R.ToolTimeout: rec[2] = True; raise
+    for mod in (assets, sandbox, R): monkeypatch.setattr(mod, 'run_tool', spy)
+    return out
+
+
+def assert_one_deadline(launches, total):
+    """The tool launches shared one deadline of `total` s, counted from what each was granted, not timed: none was granted
+    more than the killed launches before it (each spent its whole grant) left of `total`; after the paper's own compile
+    (granted its share of the deadline up front) the grants never grow but to the 1 s a page count always gets, since each
+    is what is left of the same deadline (a step given a fresh timeout shows as a rise); and successive rasterizing chunks
+    get strictly less (a fresh timeout per chunk shows as equal grants)."""
+    spent = 0.0
+    for _, g, killed, _ in launches:
+        assert g <= total - spent + 1e-6, launches
+        if killed: spent += g
+    rest = [g for _, g, _, argv in launches if argv[-1] != 'main.tex']
+    assert all(b <= max(a, 1.0) for a, b in zip(rest, rest[1:])), launches
+    ppm = [g for t, g, _, _ in launches if t == 'pdftoppm']
+    assert all(b < a for a, b in zip(ppm, ppm[1:])), launches
+
+
+def rasterized(launches):
+    "The `(first, last)` page range of each pdftoppm launch."
+    return [(int(c[c.index('-f') + 1]), int(c[c.index('-l') + 1])) for t, _, _, c in launches if t == 'pdftoppm']
 
 
 # ---------------------------------------------------------------- sandbox
@@ -90,31 +124,39 @@ def test_symlink_out_of_the_tree_is_not_followed(tmp_path, cache):
     assert 'skipped symlink link.tex' in log
 
 
-def test_endless_loop_times_out_and_falls_back(tmp_path, cache):
+def test_endless_loop_times_out_and_falls_back(tmp_path, cache, launches):
     p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text=r'Loop paper text. \def\x{\x}\x')
-    t0 = time.time()
     r = R.render_paper(p, cache_dir=cache, timeout=5)
-    assert time.time() - t0 < 40
+    tex = [(g, killed) for t, g, killed, _ in launches if t == 'pdflatex']
+    own, fallback = tex[0], tex[1:]
+    assert own[1] and own[0] <= 5 * (1 - R.FALLBACK_RESERVE), launches     # the loop was killed at its share of the deadline
+    assert len(fallback) <= len(R.STRATEGIES)                              # a killed run is not rerun; one run per strategy at most
+    assert_one_deadline(launches, 5)                                       # compile, fallback and rasterizing within the 5 s
     assert r.path in ('fallback', 'failed')
     assert any('timed out' in w for w in r.warnings), r.warnings
     if r.path == 'fallback': assert 'Loop paper text.' in pdf_text(r.pdf)
 
 
-def test_failed_render_is_cached_and_retried_under_a_longer_deadline(tmp_path, cache, monkeypatch):
+def test_failed_render_is_cached_and_retried_under_a_longer_deadline(tmp_path, cache, monkeypatch, launches):
     "issue #12: failures are cached with their reason; a deadline failure is retried only under a longer deadline."
     p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text='Loop paper text.')
-    t0 = time.monotonic(); r = R.render_paper(p, cache_dir=cache, timeout=4); took = time.monotonic() - t0
+    r = R.render_paper(p, cache_dir=cache, timeout=4)
     assert (r.path, r.timed_out, r.timeout, r.pages, r.pdf) == ('failed', True, 4, [], None)
-    assert took < 7, took                                          # one deadline for compile + fallback, not one each
-    assert 'real compile failed: timed out' in r.warnings and any('deadline' in w for w in r.warnings), r.warnings
+    # one deadline for compile + fallback, not one each: the one TeX run was killed at 3 s = 4 × (1 - FALLBACK_RESERVE),
+    # which left the fallback under the 1 s it needs, so no fallback run was started (a fresh 4 s would have compiled it)
+    assert [(t, killed) for t, _, killed, _ in launches] == [('pdflatex', True)] and launches[0][1] <= 4 * (1 - R.FALLBACK_RESERVE)
+    assert 'real compile failed: timed out' in r.warnings and "render deadline passed before fallback strategy 'keep-math'" in r.warnings, r.warnings
     calls = []
     for name in ('compile_latex', 'compile_tex_string'):
         real = getattr(R, name)
         monkeypatch.setattr(R, name, lambda *a, _real=real, **k: (calls.append(1), _real(*a, **k))[1])
     assert R.render_paper(p, cache_dir=cache, timeout=4).to_dict() == r.to_dict() and calls == []
     assert R.render_paper(p, cache_dir=cache, timeout=3).path == 'failed' and calls == []
+    launches.clear()
     r2 = R.render_paper(p, cache_dir=cache, timeout=12)              # 9 s for the own compile, 3 s for the fallback
     assert r2.path == 'fallback' and len(calls) >= 2 and 'Loop paper text.' in pdf_text(r2.pdf)
+    assert (launches[0][0], launches[0][2]) == ('pdflatex', True) and launches[0][1] <= 12 * (1 - R.FALLBACK_RESERVE)
+    assert_one_deadline(launches, 12)
 
 
 def test_tex_output_flood_keeps_python_memory_bounded(tmp_path):
@@ -477,16 +519,21 @@ def test_shared_showyourwork_paper_is_repaired_and_compiled_papers_stay_compiled
 
 
 @pytest.mark.slow
-def test_ten_thousand_pages_one_deadline_and_a_page_cap(tmp_path, cache):
+def test_ten_thousand_pages_one_deadline_and_a_page_cap(tmp_path, cache, launches):
     "issue #12: a 10,000-page document rasterized all its pages in 198 s under timeout=120."
     body = r'\newcount\i \loop\advance\i 1 Page \the\i.\newpage\ifnum\i<10000 \repeat'
     p = make_paper(tmp_path / 'long', body, text='Page.')
     pdf, _ = R.compile_latex(p.root, 'main.tex', timeout=300)
     assert R.pdf_page_count(pdf) == 10_000
-    t0 = time.monotonic()                                          # no cap: the deadline stops it
+    launches.clear()                                               # no cap: the deadline stops it
     with pytest.raises(R.AssetError, match='deadline'): R.render_pages(pdf, max_pixels=1_000_000, timeout=10, cache_dir=cache)
-    assert time.monotonic() - t0 < 12, time.monotonic() - t0
-    t0 = time.monotonic(); r = R.render_paper(p, max_pixels=50_000, cache_dir=cache, timeout=240); took = time.monotonic() - t0
+    done = rasterized(launches)
+    assert len(done) < 10_000 / R.PAGES_PER_CALL and (not done or done[-1][1] < 10_000), done   # stopped before the last chunk
+    assert_one_deadline(launches, 10)                              # every chunk drew on the one 10 s deadline
+    launches.clear()
+    r = R.render_paper(p, max_pixels=50_000, cache_dir=cache, timeout=240)
     assert (r.path, len(r.pages), r.n_pages_pdf, r.max_pages) == ('compiled', R.DEFAULT_MAX_PAGES, 10_000, R.DEFAULT_MAX_PAGES)
     assert f'rendered the first {R.DEFAULT_MAX_PAGES} of 10000 pages (max_pages={R.DEFAULT_MAX_PAGES})' in r.warnings
-    assert took < 240 + 3, took
+    chunks = rasterized(launches)                                  # the cap: pages 1-300 went to pdftoppm, not 10,000
+    assert chunks == [(a, min(a + R.PAGES_PER_CALL - 1, R.DEFAULT_MAX_PAGES)) for a in range(1, R.DEFAULT_MAX_PAGES + 1, R.PAGES_PER_CALL)]
+    assert_one_deadline(launches, 240)
