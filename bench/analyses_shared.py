@@ -19,13 +19,13 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 import pandas as pd
-from docbench_nb.evaluation import load_papers
-from docbench_nb.data_io import load_queries
-from docbench_nb.figrefs import figure_reference_cases, summarize_figure_references, plot_figure_references, STUDY_FIGREF
-from docbench_nb.stats import corpus_stats, summarize_corpus, plot_corpus_stats
-from docbench_nb.robustness import robustness_table, plot_robustness, significance_table, level_significance
-from docbench_nb.results import load_results, results_table, plot_ndcg_vs_index_size
-from docbench_nb.experiment import grid
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.evaluation.figrefs import figure_reference_cases, summarize_figure_references, plot_figure_references, STUDY_FIGREF
+from docbench_nb.evaluation.corpus_stats import corpus_stats, summarize_corpus, plot_corpus_stats
+from docbench_nb.evaluation.robustness import robustness_table, plot_robustness, significance_table, level_significance
+from docbench_nb.evaluation.result_tables import load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.evaluation.grid import grid
 
 pd.set_option('display.width', 200); pd.set_option('display.max_columns', 40)
 

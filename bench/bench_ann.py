@@ -33,7 +33,7 @@ def main():
     ap.add_argument('--out', default=None)
     a = ap.parse_args()
     from docbench_nb.records import Unit
-    from docbench_nb.unitindex import DenseIndex
+    from docbench_nb.retrieval.unit_index import DenseIndex
     real, root = cached_vectors()
     rng = np.random.default_rng(0)
     base = real[rng.integers(0, len(real), a.n)]

@@ -36,7 +36,7 @@ def main():
     import torch
     torch.set_num_threads(a.threads)
     from sentence_transformers import SentenceTransformer
-    from docbench_nb.encoders import HFTextEncoder, default_text_model_path
+    from docbench_nb.retrieval.encoders import HFTextEncoder, default_text_model_path
     ours = HFTextEncoder(device='cpu')
     st = SentenceTransformer(default_text_model_path(), device='cpu')
     texts = mixed_windows(ours.tokenizer, a.n, a.lo, a.hi)

@@ -40,7 +40,7 @@ def main():
     a = ap.parse_args()
     import torch
     from sentence_transformers import SentenceTransformer
-    from docbench_nb.encoders import HFTextEncoder, default_text_model_path
+    from docbench_nb.retrieval.encoders import HFTextEncoder, default_text_model_path
     texts, src = passages(a.n, a.words)
     ours = HFTextEncoder(device='cpu')
     st = SentenceTransformer(default_text_model_path(), device='cpu')

@@ -30,7 +30,7 @@ def main():
     a = ap.parse_args()
     import faiss
     from docbench_nb.records import Unit
-    from docbench_nb.index import DenseIndex
+    from docbench_nb.retrieval.text_retrievers import DenseIndex
 
     rng = np.random.default_rng(a.seed)
     counts = []

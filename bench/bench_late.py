@@ -18,7 +18,7 @@ import argparse, json, resource, subprocess, sys, tempfile, time
 import numpy as np
 import torch
 from docbench_nb.records import Unit
-from docbench_nb.late import LateInteractionIndex
+from docbench_nb.retrieval.late import LateInteractionIndex
 
 def torch_reference(qs, mats, batch=256):
     "ColPali-style: pad docs to (n, max_len, dim) per batch, einsum, mask padding, max over doc tokens, sum over query tokens."
@@ -64,7 +64,7 @@ def _mats(seed, n_units, tokens, dim, start=0, stop=None):
 
 def _build_child(a):
     "Runs in a subprocess: build one way, report peak RSS above the baseline and the index bytes."
-    import docbench_nb.late as late
+    import docbench_nb.retrieval.late as late
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     units = [Unit(f"d{i // 3}", f"u{i}") for i in range(a.units)]
     if a.child == 'old':                               # the previous path: all float32 matrices, a cast list, a concat
@@ -89,7 +89,7 @@ def _build_child(a):
     print(json.dumps(dict(base_mb=base / 1024, peak_mb=peak / 1024, index_mb=nbytes / 2**20)))
 
 def memory_bench(a):
-    from docbench_nb.unitindex import DenseIndex
+    from docbench_nb.retrieval.unit_index import DenseIndex
     res = {}
     for way in ('old', 'new', 'fill'):
         cmd = [sys.executable, __file__, '--child', way, '--units', str(a.units), '--tokens', str(a.tokens),

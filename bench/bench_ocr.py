@@ -12,8 +12,8 @@ BM25 sees). The last line is the speed ratio tesseract/rapidocr. Needs pdflatex 
 import argparse, difflib, re, shutil, tempfile, time
 from collections import Counter
 from pathlib import Path
-from docbench_nb.assets import run_tool
-from docbench_nb.ocr import ocr_record, OCR_ENGINES
+from docbench_nb.pages.assets import run_tool
+from docbench_nb.retrieval.ocr import ocr_record, OCR_ENGINES
 
 PARAS = [
     "We study how galaxy clusters grow by accreting smaller groups over cosmic time. Using a sample of four hundred "

@@ -1,4 +1,4 @@
-"""Speed, memory and float detection of `docbench_nb.parse` on a corpus, against pylatexenc in the same process.
+"""Speed, memory and float detection of `docbench_nb.latex.parse` on a corpus, against pylatexenc in the same process.
 
     python bench/bench_parse.py [PAPERS_DIR] [--limit N]
 
@@ -11,8 +11,8 @@ measured with tracemalloc in a separate pass; whole-process peak RSS is printed 
 import argparse, re, resource, sys, time, tracemalloc, warnings
 from pathlib import Path
 
-from docbench_nb.latex import iter_sources, load_source, flatten_latex
-from docbench_nb.parse import parse_text
+from docbench_nb.latex.sources import iter_sources, load_source, flatten_latex
+from docbench_nb.latex.parse import parse_text
 
 FLOAT_ENVS = {'figure', 'figure*', 'wrapfigure', 'SCfigure', 'sidewaysfigure', 'table', 'table*', 'deluxetable',
               'deluxetable*', 'longtable', 'sidewaystable', 'wraptable'}

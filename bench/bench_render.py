@@ -19,17 +19,17 @@ from pathlib import Path
 
 
 def load_paper(src):
-    "Parse with docbench_nb.parse when it exists; else a Paper from the flattened source (text = raw LaTeX body)."
+    "Parse with docbench_nb.latex.parse when it exists; else a Paper from the flattened source (text = raw LaTeX body)."
     try:
-        from docbench_nb.parse import parse_paper
+        from docbench_nb.latex.parse import parse_paper
         return parse_paper(src), 'parse'
     except ImportError:
-        from docbench_nb.latex import flatten_latex
+        from docbench_nb.latex.sources import flatten_latex
         from docbench_nb.records import Paper, Figure
         f = flatten_latex(src)
         imgs = []
         for m in re.finditer(r'\\includegraphics\s*(?:\[[^\]]*\])?\s*\{([^}]*)\}', f.text):
-            from docbench_nb.latex import resolve_name
+            from docbench_nb.latex.sources import resolve_name
             rel, _ = resolve_name(src, os.path.dirname(f.main_file), m.group(1).strip(),
                                   exts=('.pdf', '.png', '.jpg', '.jpeg', '.eps', '.ps', '.gif', '.tif', '.tiff'))
             if rel: imgs.append(rel)
@@ -38,8 +38,8 @@ def load_paper(src):
 
 
 def work(src, max_pixels, timeout, cache):
-    from docbench_nb.render import render_paper, render_pages
-    from docbench_nb.assets import convert_figure, AssetError, sniff_format, extension_format
+    from docbench_nb.pages.render import render_paper, render_pages
+    from docbench_nb.pages.assets import convert_figure, AssetError, sniff_format, extension_format
     out = {'id': Path(src).name}
     try: paper, how = load_paper(src)
     except Exception as e:

@@ -4,10 +4,10 @@
         results/representations/text__dense__256.json [A2.json B2.json ...] [--level 0] [--metric ndcg@10]
 
 Arguments come in pairs (A B); for each pair it prints mean(A - B) and the two-sided p-value of
-`docbench_nb.metrics.paired_randomization_test` (10,000 resamples). A query missing from one run scores 0 there.
+`docbench_nb.evaluation.metrics.paired_randomization_test` (10,000 resamples). A query missing from one run scores 0 there.
 """
 import argparse, json
-from docbench_nb.metrics import paired_randomization_test
+from docbench_nb.evaluation.metrics import paired_randomization_test
 
 def per_query(path, level, metric):
     d = json.load(open(path))

@@ -47,12 +47,12 @@ def main():
     import torch
     torch.set_num_threads(a.threads)
     from docbench_nb.cache import cache_root, atomic_write_json
-    from docbench_nb.encoders import HFTextEncoder, EmbeddingCache
+    from docbench_nb.retrieval.encoders import HFTextEncoder, EmbeddingCache
     from docbench_nb.cache import stage_dir
-    from docbench_nb.perspectives import load_pir, load_perspective_queries
-    from docbench_nb.coverage import evaluate_coverage, spin_ablation
-    from docbench_nb.spin import train_spin, save_spin, finetune_encoder, random_spin
-    from docbench_nb.amer import train_amer, save_amer
+    from docbench_nb.coverage.perspectives import load_pir, load_perspective_queries
+    from docbench_nb.coverage.measures import evaluate_coverage, spin_ablation
+    from docbench_nb.coverage.spin import train_spin, save_spin, finetune_encoder, random_spin
+    from docbench_nb.coverage.amer import train_amer, save_amer
 
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     models = Path(a.models or cache_root(a.cache_dir) / 'coverage-models')
@@ -61,7 +61,7 @@ def main():
     sets = {'perspectrum': (pir['perspectrum'], ['agnews', 'story', 'ambigqa']),
             'ambigqa': (pir['ambigqa'], ['agnews', 'story', 'perspectrum'])}
     if not a.skip_shared:
-        from docbench_nb.evaluation import load_papers
+        from docbench_nb.latex.corpus import load_papers
         papers, _ = load_papers(a.corpus, cache_dir=a.cache_dir, progress=True)
         sets['shared'] = ((load_perspective_queries(a.queries, known_doc_ids={p.id for p in papers}), papers), list(TASKS))
     llm = None

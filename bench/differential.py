@@ -6,9 +6,10 @@ Writes results/trust/differential.md (and .json): case -> identical per query? -
 test (tests/test_identity.py, tests/test_ray.py); this script runs them all on the shared corpus in one go."""
 import argparse, json, random, shutil, sys, tarfile, tempfile, time, warnings
 from pathlib import Path
-from docbench_nb.evaluation import evaluate, corpus_sources
-from docbench_nb.latex import paper_id_from_path
-from docbench_nb.reproduce import compare_per_query
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import corpus_sources
+from docbench_nb.latex.sources import paper_id_from_path
+from docbench_nb.evaluation.reproduce import compare_per_query
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def main(argv=None):
     add(f'one paper duplicated under a second id', d,
         f'{dup_id}: only the {len(touched)} queries that ranked it may change (its copy ties it)', allowed=touched)
     if not a.no_ray:
-        from docbench_nb import ray_engine
+        from docbench_nb.evaluation import ray_engine
         if ray_engine.ray_available():
             r = ray_engine.evaluate_ray(a.corpus, a.queries, retriever=a.retriever, chunk_size=a.chunk_size, cache_dir=tmp / 'R',
                                         num_cpus=2, progress=False, log=lambda m: None)

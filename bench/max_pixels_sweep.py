@@ -19,13 +19,13 @@ import argparse, json, os, tempfile, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from tqdm.auto import tqdm
-from docbench_nb.evaluation import load_papers
-from docbench_nb.experiment import grid
-from docbench_nb.latex import iter_sources, paper_id_from_path
-from docbench_nb.represent import represent
-from docbench_nb.ocr import ocr_record
-from docbench_nb.vision import multivector_index_bytes
-import docbench_nb.visual  # registers figures/pages/interleaved
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.grid import grid
+from docbench_nb.latex.sources import iter_sources, paper_id_from_path
+from docbench_nb.retrieval.represent import represent
+from docbench_nb.retrieval.ocr import ocr_record
+from docbench_nb.retrieval.image_encoders import multivector_index_bytes
+import docbench_nb.retrieval.visual_units  # registers figures/pages/interleaved
 
 def _ocr_one(args):
     path, cache_dir = args

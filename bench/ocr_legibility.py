@@ -15,9 +15,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).parent))
 from max_pixels_sweep import subset
-from docbench_nb.evaluation import load_papers
-from docbench_nb.render import render_paper
-from docbench_nb.ocr import ocr_image
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.pages.render import render_paper
+from docbench_nb.retrieval.ocr import ocr_image
 
 WORD = re.compile(r'[a-z0-9]{3,}')
 

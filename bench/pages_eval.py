@@ -19,10 +19,11 @@ from pathlib import Path
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from docbench_nb.evaluation import evaluate, load_papers
-from docbench_nb.data_io import load_queries
-from docbench_nb.pagetask import page_maps, page_queries, evaluate_pages, evaluate_units
-from docbench_nb.export import export_benchmark, import_beir
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.evaluation.page_task import page_maps, page_queries, evaluate_pages, evaluate_units
+from docbench_nb.evaluation.export import export_benchmark, import_beir
 
 SHARED = ROOT.parent / 'shared'
 CORPUS, QUERIES = SHARED / 'corpus' / 'papers', SHARED / 'queries' / 'dev.jsonl'

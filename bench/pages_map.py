@@ -16,9 +16,9 @@ import argparse, json, sys, time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from docbench_nb.latex import iter_sources
-from docbench_nb.parse import parse_paper
-from docbench_nb.pagemap import map_paper, pdf_words, words, query_pages, clean_latex, draw_overlay
+from docbench_nb.latex.sources import iter_sources
+from docbench_nb.latex.parse import parse_paper
+from docbench_nb.pages.pagemap import map_paper, pdf_words, words, query_pages, clean_latex, draw_overlay
 
 THRESH = 0.8
 

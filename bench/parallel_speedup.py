@@ -23,10 +23,10 @@ def main():
     ap.add_argument('--papers', type=int, default=80); ap.add_argument('--render', type=int, default=8)
     ap.add_argument('--out', default=str(ROOT / 'results' / 'scale' / 'parallel.md'))
     a = ap.parse_args()
-    from docbench_nb.evaluation import load_papers
-    from docbench_nb.represent import represent
-    from docbench_nb.chunking import default_tokenizer
-    import docbench_nb.visual  # registers pages
+    from docbench_nb.latex.corpus import load_papers
+    from docbench_nb.retrieval.represent import represent
+    from docbench_nb.retrieval.chunking import default_tokenizer
+    import docbench_nb.retrieval.visual_units  # registers pages
     srcs = sorted(p for p in SHARED.iterdir() if p.is_dir())[:a.papers]
     n, rows = os.cpu_count() or 1, []
     strip = lambda p: {k: v for k, v in p.to_dict().items() if k not in ('meta', 'root')}

@@ -10,8 +10,8 @@ import argparse, json, tempfile
 from pathlib import Path
 import pandas as pd
 import docbench_nb as db
-from docbench_nb.queries import Draft, write_query_records
-from docbench_nb.qfilter import filter_queries
+from docbench_nb.queries.evidence import Draft, write_query_records
+from docbench_nb.queries.bm25_filter import filter_queries
 
 ap = argparse.ArgumentParser()
 ap.add_argument('--corpus', required=True); ap.add_argument('--dev', required=True); ap.add_argument('--build', required=True)
@@ -50,7 +50,7 @@ text = md(df)
 print(text)
 print(f"\ndev gold ranks under BM25: {sorted(fr['ranks'].values())}")
 if final:
-    from docbench_nb.robustness import robustness_table
+    from docbench_nb.evaluation.robustness import robustness_table
     print('\nthe final queries, every level:')
     for res in final: print(md(res.table()))
     rob = robustness_table([r.to_dict() for r in final])

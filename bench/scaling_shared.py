@@ -7,7 +7,7 @@ Every paper with at least max(lengths) tokens (MiniLM tokenizer) is one document
 lies in its 500-token window. Routes: text-dense (256-token chunks, MiniLM), text-bm25 (same chunks),
 image-ocr-dense and image-ocr-bm25 (window -> one page PNG -> OCR -> same chunking), plus text-dense-full (one
 unit per window: MiniLM sees only its first 256 tokens). `--routes` takes any route of
-`docbench_nb.scaling.parse_route`, e.g. image-ocr2x-bm25 (page upscaled 2x before OCR). Writes into --out: scaling.csv (one row per route x
+`docbench_nb.evaluation.scaling.parse_route`, e.g. image-ocr2x-bm25 (page upscaled 2x before OCR). Writes into --out: scaling.csv (one row per route x
 length), windows.jsonl (the windows and queries), scaling.png (nDCG@10 vs length), render_example.png (one
 window on a page at the shortest and the longest length), summary.json. Renders, OCR text and embeddings are
 cached ($DOCBENCH_CACHE or ~/.cache/docbench): the first run renders and OCRs 4 pages per paper (about 15-30
@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib
 matplotlib.use('Agg')
 import pandas as pd
-from docbench_nb.evaluation import load_papers
-from docbench_nb.scaling import scaling_experiment, plot_scaling, plot_render_example, DEFAULT_ROUTES
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.scaling import scaling_experiment, plot_scaling, plot_render_example, DEFAULT_ROUTES
 
 pd.set_option('display.width', 220); pd.set_option('display.max_columns', 30)
 
@@ -46,7 +46,7 @@ def main():
     papers = sorted(papers, key=lambda p: p.id)
     print(f"{len(papers)} papers parsed ({len(errors)} errors) from {a.corpus}; {time.time() - t0:.0f}s", flush=True)
     if a.limit:
-        from docbench_nb.represent import default_tokenizer, token_offsets
+        from docbench_nb.retrieval.represent import default_tokenizer, token_offsets
         tok = default_tokenizer()
         papers = [p for p in papers if len(token_offsets(p.text, tok)) >= max(lengths)][:a.limit]
     with warnings.catch_warnings(record=True) as caught:

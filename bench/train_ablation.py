@@ -7,7 +7,7 @@ with and without their rephrasings vs both, evaluated on the held-out half of th
 Writes results/train/ablation.json, one result JSON per mix and results/train/ablation.md."""
 import argparse, json, sys, time
 from pathlib import Path
-from docbench_nb.train import ablation, MIXES
+from docbench_nb.training.finetune import ablation, MIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64, io, json, threading, time
 from pathlib import Path
 from typing import Optional, Sequence
-from .vision import QWEN_CHAT_TEMPLATE
-from .encoders import default_text_model_path
+from .retrieval.image_encoders import QWEN_CHAT_TEMPLATE
+from .retrieval.encoders import default_text_model_path
 
 # %% auto #0
 __all__ = ['StubChatServer', 'ScriptedChatServer', 'model_chat_server', 'tiny_qwen_tokenizer', 'make_tiny_vision_models',

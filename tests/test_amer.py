@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 torch = pytest.importorskip('torch')
-from docbench_nb.encoders import HFTextEncoder, EmbeddingCache
-from docbench_nb.perspectives import load_pir
+from docbench_nb.retrieval.encoders import HFTextEncoder, EmbeddingCache
+from docbench_nb.coverage.perspectives import load_pir
 from docbench_nb.cache import stage_dir
-from docbench_nb.amer import train_amer, init_amer, save_amer, load_amer
-from docbench_nb.coverage import evaluate_coverage, add_coverage_parsers, METHODS
+from docbench_nb.coverage.amer import train_amer, init_amer, save_amer, load_amer
+from docbench_nb.coverage.measures import evaluate_coverage, add_coverage_parsers, METHODS
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared'
 PIR = SHARED / 'pir' / 'pir_demo_dev.json'

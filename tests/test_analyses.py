@@ -6,17 +6,18 @@ import pytest
 
 from docbench_nb.records import Paper, Figure, Query
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluation import load_papers, evaluate
-from docbench_nb.data_io import load_queries
-from docbench_nb.represent import represent, default_tokenizer, token_offsets
-from docbench_nb.retrievers import make_retriever
-from docbench_nb.metrics import robustness_at_k
-from docbench_nb.figrefs import (figure_reference_cases, figure_reference_table, summarize_figure_references,
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.retrieval.represent import represent, default_tokenizer, token_offsets
+from docbench_nb.retrieval.registry import make_retriever
+from docbench_nb.evaluation.metrics import robustness_at_k
+from docbench_nb.evaluation.figrefs import (figure_reference_cases, figure_reference_table, summarize_figure_references,
                                  references_figure, informative_words, gold_figure, unit_scores)
-from docbench_nb.stats import corpus_stats, summarize_corpus, page_histogram, token_histogram, estimate_pages
-from docbench_nb.robustness import robustness_table, significance_table, robustness_from_per_query, level_significance
-from docbench_nb.results import load_results, results_table, plot_ndcg_vs_index_size
-from docbench_nb.experiment import grid
+from docbench_nb.evaluation.corpus_stats import corpus_stats, summarize_corpus, page_histogram, token_histogram, estimate_pages
+from docbench_nb.evaluation.robustness import robustness_table, significance_table, robustness_from_per_query, level_significance
+from docbench_nb.evaluation.result_tables import load_results, results_table, plot_ndcg_vs_index_size
+from docbench_nb.evaluation.grid import grid
 
 
 @pytest.fixture(scope='module')

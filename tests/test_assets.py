@@ -3,7 +3,7 @@ import shutil, struct, zlib, math
 from pathlib import Path
 import pytest
 from PIL import Image
-from docbench_nb.assets import (AssetError, fit_max_pixels, convert_figure, convert_paper_figures, sniff_format,
+from docbench_nb.pages.assets import (AssetError, fit_max_pixels, convert_figure, convert_paper_figures, sniff_format,
                                 run_tool, ToolTimeout)
 from docbench_nb.records import Paper, Figure
 
@@ -146,7 +146,7 @@ def test_endless_postscript_is_killed(tmp_path, cache):
 @needs_gs
 def test_looping_eps_failure_is_cached(tmp_path, cache, monkeypatch):
     "issue #12: a looping EPS cost its full timeout on every run; now the second run answers from the recorded failure."
-    import docbench_nb.assets as A
+    import docbench_nb.pages.assets as A
     p = tmp_path / 'loop.eps'
     p.write_bytes(b'%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 100 100\n{ } loop\n')
     calls = []

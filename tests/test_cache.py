@@ -4,9 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from docbench_nb.cache import stage_dir, cache_verify, cache_clear, load_npy_checked, file_sha256
-from docbench_nb.encoders import EmbeddingCache, embed_cached, text_key
-from docbench_nb.late import TokenCache
-from docbench_nb.evaluation import load_papers, source_key
+from docbench_nb.retrieval.encoders import EmbeddingCache, embed_cached, text_key
+from docbench_nb.retrieval.late import TokenCache
+from docbench_nb.latex.corpus import load_papers, source_key
 
 
 class HashEncoder:
@@ -82,7 +82,7 @@ def test_truncated_paper_entry_names_the_file(shared_papers, tmp_path):
 
 @pytest.mark.slow
 def test_damaged_dense_cache_gives_the_clean_result(tmp_path):
-    from docbench_nb.evaluation import evaluate
+    from docbench_nb.evaluation.core import evaluate
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     run = lambda: evaluate(demo_corpus_dir(), demo_queries_path(), retriever='dense', cache_dir=tmp_path, progress=False)
     clean = run()

@@ -9,8 +9,8 @@ import docbench_nb as db
 from docbench_nb.cli import build_parser, main, walk_parsers
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
 from docbench_nb.records import Query, Run
-from docbench_nb.metrics import score_run
-from docbench_nb.result import Result, DEFAULT_RETRIEVER
+from docbench_nb.evaluation.metrics import score_run
+from docbench_nb.evaluation.result import Result, DEFAULT_RETRIEVER
 
 
 def _toy(name, scores):
@@ -163,14 +163,14 @@ class Fake:
 
 @pytest.fixture(scope='module')
 def three_papers(tmp_path_factory):
-    from docbench_nb.evaluation import load_papers
+    from docbench_nb.latex.corpus import load_papers
     ps, errors = load_papers(demo_corpus_dir(), cache_dir=tmp_path_factory.mktemp('c'), progress=False)
     assert not errors
     return ps[:3]
 
 
 def test_bm25_k_the_corpus_cannot_meet_warns_and_the_sheet_says_why(three_papers, tmp_path, capsys):
-    from docbench_nb.qbuild import build_queries
+    from docbench_nb.queries.build import build_queries
     with pytest.warns(UserWarning, match=r"--bm25-k 5 >= the corpus's 3 papers"):
         res = build_queries(None, Fake(), tmp_path / 'o', types=('text',), per_paper=1, bm25_k=5, papers=three_papers)
     assert res['n_queries'] == 0 and res['n_dropped'] == 3 and len(res['warnings']) == 1
@@ -187,8 +187,8 @@ def test_bm25_k_the_corpus_cannot_meet_warns_and_the_sheet_says_why(three_papers
 def test_attrition_plot_draws_zero_at_zero(three_papers, tmp_path):
     import matplotlib; matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    from docbench_nb.qbuild import build_queries
-    from docbench_nb.review import plot_attrition as plot_attrition_counts
+    from docbench_nb.queries.build import build_queries
+    from docbench_nb.queries.review import plot_attrition as plot_attrition_counts
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         res = build_queries(None, Fake(), tmp_path / 'o', types=('text',), per_paper=1, bm25_k=5, papers=three_papers)

@@ -4,12 +4,12 @@ import argparse, json
 from pathlib import Path
 import numpy as np
 import pytest
-from docbench_nb.coverage import (first_gold_ranks, coverage_at, coverage_by_rank, fuse, vector_rankings, evaluate_coverage,
+from docbench_nb.coverage.measures import (first_gold_ranks, coverage_at, coverage_by_rank, fuse, vector_rankings, evaluate_coverage,
                                   add_coverage_parsers, doc_scores, DocVectors, METHODS)
-from docbench_nb.metrics import round_robin_fuse
-from docbench_nb.perspectives import (Perspective, PerspectiveQuery, load_pir, pir_tasks, load_perspective_queries,
+from docbench_nb.evaluation.metrics import round_robin_fuse
+from docbench_nb.coverage.perspectives import (Perspective, PerspectiveQuery, load_pir, pir_tasks, load_perspective_queries,
                                       write_perspective_beir, read_perspective_beir, split_queries)
-from docbench_nb.data_io import DataFileError
+from docbench_nb.evaluation.formats import DataFileError
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared'
 PIR = SHARED / 'pir' / 'pir_demo_dev.json'

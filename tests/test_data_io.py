@@ -5,8 +5,8 @@ import pytest
 import pytrec_eval
 
 from docbench_nb.records import Query, Run
-from docbench_nb.metrics import ndcg_at_k, recall_at_k, mrr_at_k, qrels_from_queries, trec_ranking
-from docbench_nb.data_io import *
+from docbench_nb.evaluation.metrics import ndcg_at_k, recall_at_k, mrr_at_k, qrels_from_queries, trec_ranking
+from docbench_nb.evaluation.formats import *
 
 KNOWN = ['alpha-paper', 'beta-paper', 'gamma-paper']
 
@@ -235,7 +235,7 @@ def test_queries_judged_only_zero_warn_unless_a_report_is_asked(tmp_path):
 
 def test_did_you_mean_only_for_the_printed_problems_and_bounded(tmp_path, monkeypatch):
     import difflib
-    from docbench_nb import data_io
+    from docbench_nb.evaluation import formats as data_io
     long_id = 'paper-' + 'x' * 300
     known = [f'paper-{i:03d}' for i in range(100)] + [long_id]
     write_lines(tmp_path / 'queries.jsonl', [{'_id': f'q{i}', 'text': f'query {i}'} for i in range(40)])
@@ -311,7 +311,7 @@ def test_graded_beir_evaluates_like_pytrec_eval_on_the_qrels_file(tmp_path):
     for line in (src / 'qrels' / 'test.tsv').read_text().splitlines()[1:]:
         q, d, g = line.split('\t'); p_qrels.setdefault(q, {})[d] = int(g)
     ref = pytrec_eval.RelevanceEvaluator(p_qrels, {'ndcg_cut_10', 'recall_10'}).evaluate(run.scores)
-    from docbench_nb.metrics import score_run
+    from docbench_nb.evaluation.metrics import score_run
     for r in score_run(run, qs)['per_query']:
         assert abs(r['ndcg@10'] - ref[r['query_id']]['ndcg_cut_10']) < 1e-9
         assert abs(r['recall@10'] - ref[r['query_id']]['recall_10']) < 1e-9

@@ -3,8 +3,8 @@ import base64, io, json, re, subprocess, time, pytest
 from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 from docbench_nb.records import Paper, Figure
-from docbench_nb.represent import text_caption_units, default_tokenizer, SourceDescriber
-from docbench_nb.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError,
+from docbench_nb.retrieval.represent import text_caption_units, default_tokenizer, SourceDescriber
+from docbench_nb.retrieval.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError,
                                   make_describer, default_ocr_engine, figure_images, DEFAULT_PROMPT)
 from docbench_nb.testing import StubChatServer, ScriptedChatServer
 
@@ -162,7 +162,8 @@ def test_chat_figure_without_image_is_not_sent(server, paper, tmp_path):
 
 def test_evaluate_with_chat_describer_on_demo(server, tmp_path):
     "End to end: every demo figure goes through the endpoint; the config names the describer."
-    from docbench_nb.evaluation import evaluate, load_papers
+    from docbench_nb.evaluation.core import evaluate
+    from docbench_nb.latex.corpus import load_papers
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=tmp_path / 'cache', progress=False)
     figs = [f for p in papers for f in p.figures]
@@ -207,7 +208,7 @@ REAL_PAPER = 'arxiv-2405.03064v3'
 
 def test_ocr_describer_reads_real_figure_text(shared_dir, tmp_path):
     "Figures of a real paper that are PDFs with embedded text: OCR must find most of the words pdftotext extracts."
-    from docbench_nb.evaluation import load_papers
+    from docbench_nb.latex.corpus import load_papers
     src = shared_dir / 'corpus' / 'papers' / REAL_PAPER
     if not src.is_dir(): pytest.skip(f'{REAL_PAPER} not in the shared corpus')
     (p,), _ = load_papers([src], cache_dir=tmp_path, progress=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = {'19_api': 'Public API', '11_robustness': 'Rephrasing robustness', '16_cli': 'Command line'}
+PAGES = {'12_api': 'Public API', '04_evaluation-11_robustness': 'Rephrasing robustness', '11_cli': 'Command line'}
 WIDTHS = {'desktop': (1280, 900), 'phone': (390, 844)}
 SHOT_HEIGHT = {'desktop': 2200, 'phone': 2400}   # screenshots show more than one screen: the entries below the intro
 SHOTS = ROOT / 'results' / 'docs'

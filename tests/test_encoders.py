@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from docbench_nb.encoders import (HFTextEncoder, EmbeddingCache, as_encoder, default_text_model_path, embed_cached,
+from docbench_nb.retrieval.encoders import (HFTextEncoder, EmbeddingCache, as_encoder, default_text_model_path, embed_cached,
                                   load_encoder, model_fingerprint, pool_hidden, read_st_config, text_key)
 
 PASSAGES = [

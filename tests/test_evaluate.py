@@ -3,7 +3,8 @@ import json, subprocess, sys, pytest
 from pathlib import Path
 from docbench_nb.cli import main
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluation import evaluate, load_papers
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers
 ROOT = Path(__file__).resolve().parents[1]
 
 KEYS = {'config', 'n_docs', 'n_units', 'index_bytes', 'overall', 'by_evidence_type', 'by_level', 'per_query', 'timings'}
@@ -52,7 +53,7 @@ def test_demo_command_runs(tmp_path):
 
 @pytest.mark.slow
 def test_second_dense_run_reembeds_nothing(tmp_path):
-    from docbench_nb.retrievers import make_retriever
+    from docbench_nb.retrieval.registry import make_retriever
     papers, _ = load_papers(demo_corpus_dir(), cache_dir=tmp_path, progress=False)
     r1 = make_retriever('dense', cache_dir=tmp_path)
     a = evaluate(demo_corpus_dir(), demo_queries_path(), retriever=r1, chunk_size=128, papers=papers, progress=False)

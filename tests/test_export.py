@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 import pytest
 from PIL import Image
-from docbench_nb.evaluation import load_papers
-from docbench_nb.data_io import load_queries, read_beir
-from docbench_nb.render import render_paper
-from docbench_nb.pagetask import page_maps, evaluate_pages, evaluate_units
-from docbench_nb.export import export_benchmark, import_beir, add_export_parsers
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries, read_beir
+from docbench_nb.pages.render import render_paper
+from docbench_nb.evaluation.page_task import page_maps, evaluate_pages, evaluate_units
+from docbench_nb.evaluation.export import export_benchmark, import_beir, add_export_parsers
 
 IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')
 
@@ -91,7 +91,7 @@ def test_cli_export_and_evaluate_dataset(exported, tmp_path, capsys):
 
 def test_graded_judgments_survive_export_and_import(tmp_path):
     "Grades 2 and 1 written as page and paper qrels come back as the same graded `Query`s (before: every grade became 1)."
-    from docbench_nb.export import export_beir
+    from docbench_nb.evaluation.export import export_beir
     from docbench_nb.records import Query, Paper
     img = tmp_path / 'p.png'; Image.new('RGB', (8, 8), 'white').save(img)
     pages = [{'corpus-id': f'a#p{i}', 'doc-id': 'a', 'page': i, 'text': f'page {i} text', 'image': str(img)} for i in (1, 2, 3)]

@@ -4,12 +4,12 @@ import random
 from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from docbench_nb import tex
-from docbench_nb.tex import (brace_pairs, match_brace, match_bracket, read_arg, read_group, read_opt, verbatim_spans,
+from docbench_nb.latex import tex
+from docbench_nb.latex.tex import (brace_pairs, match_brace, match_bracket, read_arg, read_group, read_opt, verbatim_spans,
                              comment_spans, find_env_end, verbatim_end, document_bounds, env_pat, in_spans)
-from docbench_nb.clean import clean_latex
-from docbench_nb.latex import flatten_latex, strip_comments, LatexSourceError
-from docbench_nb.parse import parse_text, parse_paper, PaperParseError
+from docbench_nb.latex.clean import clean_latex
+from docbench_nb.latex.sources import flatten_latex, strip_comments, LatexSourceError
+from docbench_nb.latex.parse import parse_text, parse_paper, PaperParseError
 from docbench_nb.records import Paper
 
 # TeX-significant pieces: what breaks scanners is structure, not random letters
@@ -110,7 +110,7 @@ def _env_tags(text): return text.count('\\begin') + text.count('\\end')
 
 def test_mutation_run_over_shared_papers(shared_papers, tmp_path, monkeypatch):
     "Damaged papers parse without raising, and with bounded work: counted scans, not timed ones."
-    import docbench_nb.clean as C, docbench_nb.parse as P
+    import docbench_nb.latex.clean as C, docbench_nb.latex.parse as P
     work = {'brace_chars': 0, 'sentences': 0}
     real_pairs, real_span = C.brace_pairs, P.sentence_span
     monkeypatch.setattr(C, 'brace_pairs', lambda s: (work.__setitem__('brace_chars', work['brace_chars'] + len(s)), real_pairs(s))[1])

@@ -3,7 +3,7 @@ results/representations), and a rerun recomputes nothing."""
 import json
 from pathlib import Path
 import pytest
-from docbench_nb.experiment import grid
+from docbench_nb.evaluation.grid import grid
 from docbench_nb.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

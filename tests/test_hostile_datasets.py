@@ -4,9 +4,9 @@ import csv, io, json, os
 from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from docbench_nb.data_io import DataFileError, read_trec_qrels, load_queries, write_beir, read_beir
-from docbench_nb.export import import_beir
-from docbench_nb.review import read_decisions, DECISIONS
+from docbench_nb.evaluation.formats import DataFileError, read_trec_qrels, load_queries, write_beir, read_beir
+from docbench_nb.evaluation.export import import_beir
+from docbench_nb.queries.review import read_decisions, DECISIONS
 from docbench_nb.records import Query
 
 ALLOWED = (DataFileError, ValueError, OSError)          # what `cli.main` turns into `error: ...`, exit 2
@@ -146,10 +146,10 @@ def test_fuzz_beir_jsonl(tmp_path_factory, queries, qrels):
 # ================================================================ the reported cases, one test each
 import warnings, shutil
 from docbench_nb.cache import OutsideRootError
-from docbench_nb.data_io import read_limits
-from docbench_nb.export import export_beir, write_config
-from docbench_nb.review import import_review, decisions_csv, apply_decisions
-from docbench_nb.queries import Draft, write_query_records
+from docbench_nb.evaluation.formats import read_limits
+from docbench_nb.evaluation.export import export_beir, write_config
+from docbench_nb.queries.review import import_review, decisions_csv, apply_decisions
+from docbench_nb.queries.evidence import Draft, write_query_records
 
 IMG_T = {'corpus-id': 'string', 'text': 'string', 'image': 'image'}
 
@@ -279,11 +279,11 @@ def test_review_csv_neutralises_formulas_and_round_trips(tmp_path):
 
 def test_decompression_bomb_is_the_units_error(tmp_path):
     from PIL import Image
-    from docbench_nb.vision import load_image
+    from docbench_nb.retrieval.image_encoders import load_image
     Image.new('1', (20000, 20000)).save(tmp_path / 'bomb.png')
     with pytest.raises(ValueError, match="bomb.png is over Pillow's limit"): load_image(tmp_path / 'bomb.png', 1_000_000)
     if not shutil.which('tesseract'): pytest.skip('tesseract not installed')
-    from docbench_nb.ocr import ocr_units
+    from docbench_nb.retrieval.ocr import ocr_units
     from docbench_nb.records import Unit
     units = [Unit('d1', 'd1', 'page', 'own text', images=[str(tmp_path / 'bomb.png')])]
     with warnings.catch_warnings(record=True) as w:
@@ -342,7 +342,7 @@ AWKWARD = ['q 1', 'é/ü#2', 'a#b/c', 'x/../y', '  lead', 'tab-free "quote"', '�
 
 
 def test_export_import_round_trip_with_awkward_ids(tmp_path):
-    from docbench_nb.pagetask import evaluate_units
+    from docbench_nb.evaluation.page_task import evaluate_units
     docs = ['paper one/ä', 'paper#two']
     pages = _pages([f'{docs[0]}#p{i}' for i in (1, 2, 3)], docs[0]) + _pages([f'{docs[1]}#p{i}' for i in (1, 2)], docs[1])
     for r, words in zip(pages, ['alpha beta', 'gamma delta', 'epsilon zeta', 'eta theta', 'iota kappa']): r['text'] = words
@@ -365,7 +365,7 @@ def test_export_import_round_trip_with_awkward_ids(tmp_path):
 
 def test_every_flag_of_export_evaluate_dataset_and_cache_has_help():
     import argparse
-    from docbench_nb.export import add_export_parsers
+    from docbench_nb.evaluation.export import add_export_parsers
     from docbench_nb.cache import add_cache_parsers
     ap = argparse.ArgumentParser(); sub = ap.add_subparsers()
     parsers = list(add_export_parsers(sub))
@@ -389,7 +389,7 @@ def test_cli_read_limit_flag(tmp_path, capsys):
 @pytest.mark.skipif(not shutil.which('node'), reason='node not installed')
 def test_review_sheet_javascript_neutralises_like_csv_cell():
     import re, subprocess
-    from docbench_nb.review import _JS, csv_cell
+    from docbench_nb.queries.review import _JS, csv_cell
     fn = re.search(r'function safeCell\(s\)\{.*?\}', _JS).group(0)
     vals = ['=SUM(A1)', '+1', '-x', '@cmd', '\tx', '\rx', 'fine', "'=a", '']
     out = subprocess.run(['node', '-e', fn + f'; console.log(JSON.stringify({json.dumps(vals)}.map(safeCell)))'],
@@ -408,7 +408,7 @@ def test_cli_export_refuses_a_non_empty_out_before_any_work(tmp_path, capsys):
 # ================================================================ review fixes: card globs, cache links, limits
 def test_old_style_card_glob_skips_leftover_tmp_and_hidden_copies(tmp_path):
     "Older exports list `path: corpus/test-*`: a leftover `….parquet.tmp` (or a hidden copy) is no shard (was: duplicate id)."
-    from docbench_nb.export import dataset_card
+    from docbench_nb.evaluation.export import dataset_card
     d = parquet_ds(tmp_path / 'ds')
     types = {'corpus': IMG_T, 'queries': {'query-id': 'string', 'query': 'string'},
              'qrels': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64'}}
@@ -426,7 +426,7 @@ def test_old_style_card_glob_skips_leftover_tmp_and_hidden_copies(tmp_path):
 
 
 def test_card_without_shards_for_the_split_says_so(tmp_path):
-    from docbench_nb.export import dataset_card
+    from docbench_nb.evaluation.export import dataset_card
     d = parquet_ds(tmp_path / 'ds')
     types = {'corpus': IMG_T, 'queries': {'query-id': 'string', 'query': 'string'}}
     (d / 'README.md').write_text(dataset_card(types, 'dev'))                     # the card names only a 'dev' split
@@ -466,7 +466,7 @@ def _declared_png(path, w, h):
 @pytest.mark.filterwarnings('ignore::PIL.Image.DecompressionBombWarning')   # Pillow's own warning in the 1-2x band
 def test_decompression_bomb_warning_band_is_refused_before_decoding(tmp_path):
     from PIL import Image
-    from docbench_nb.vision import load_image
+    from docbench_nb.retrieval.image_encoders import load_image
     w = 10_000; assert Image.MAX_IMAGE_PIXELS < w * w < 2 * Image.MAX_IMAGE_PIXELS   # Pillow only warns here, it does not raise
     with pytest.raises(ValueError, match=r"band.png is over Pillow's limit of [\d,]+ pixels \(10,000 x 10,000; a decompression bomb\?\)"):
         load_image(_declared_png(tmp_path / 'band.png', w, w))
@@ -475,7 +475,7 @@ def test_decompression_bomb_warning_band_is_refused_before_decoding(tmp_path):
 
 
 def test_decisions_file_has_its_own_small_limit(tmp_path):
-    from docbench_nb.review import DECISIONS_FILE_BYTES
+    from docbench_nb.queries.review import DECISIONS_FILE_BYTES
     f = tmp_path / 'decisions.csv'
     with open(f, 'wb') as fh: fh.truncate(DECISIONS_FILE_BYTES + 1)         # sparse: nothing is read
     with pytest.raises(DataFileError, match=f'over the read limit file_bytes={DECISIONS_FILE_BYTES:,}'): read_decisions(f)
@@ -485,8 +485,8 @@ def test_decisions_file_has_its_own_small_limit(tmp_path):
 
 
 # ================================================================ perspective BEIR folders (perspectives.read_perspective_beir)
-from docbench_nb.data_io import QueryFileError
-from docbench_nb.perspectives import Perspective, PerspectiveQuery, write_perspective_beir, read_perspective_beir
+from docbench_nb.evaluation.formats import QueryFileError
+from docbench_nb.coverage.perspectives import Perspective, PerspectiveQuery, write_perspective_beir, read_perspective_beir
 
 P_CORPUS = {'a': 'alpha', 'b': 'beta', 'c': 'gamma'}
 P_QUERIES = [PerspectiveQuery('q1', 'x?', [Perspective('one', ['a', 'b'], 'l1', {'k': 1}), Perspective('two', ['b'])], 'src'),

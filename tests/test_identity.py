@@ -2,8 +2,9 @@
 import json, random, shutil, tarfile, warnings
 from pathlib import Path
 import pytest
-from docbench_nb import evaluation
-from docbench_nb.evaluation import load_papers, evaluate, source_key
+from docbench_nb.latex import corpus as C
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers, source_key
 from docbench_nb.cache import stage_dir
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
 
@@ -32,10 +33,10 @@ def _renamed_copy(srcs, dst, prefix='arxiv-'):
     "Copies of `srcs` in `dst` under new names; `{old_id: new_id}`."
     dst.mkdir(parents=True, exist_ok=True); idmap = {}
     for s in srcs:
-        s = Path(s); old = evaluation.latex.paper_id_from_path(s)
+        s = Path(s); old = C.latex.paper_id_from_path(s)
         new = prefix + s.name
         (shutil.copytree if s.is_dir() else shutil.copyfile)(s, dst / new)
-        idmap[old] = evaluation.latex.paper_id_from_path(dst / new)
+        idmap[old] = C.latex.paper_id_from_path(dst / new)
     return idmap
 
 def test_renamed_copies_keep_their_own_ids_on_a_warm_cache(shared_papers, tmp_path):
@@ -60,11 +61,11 @@ def test_identical_sources_stay_two_papers_parsed_once(tmp_path, monkeypatch):
     corpus = tmp_path / 'corpus'; corpus.mkdir()
     shutil.copytree(src, corpus / 'v1'); shutil.copytree(src, corpus / 'v2')
     parsed = []
-    real = evaluation.imap_bounded
+    real = C.imap_bounded
     def counting(fn, items, **kw):
         items = list(items); parsed.extend(i[0] for i in items)
         return real(fn, items, **kw)
-    monkeypatch.setattr(evaluation, 'imap_bounded', counting)
+    monkeypatch.setattr(C, 'imap_bounded', counting)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         papers, errors = load_papers(corpus, cache_dir=tmp_path / 'c', progress=False, workers=1)
@@ -132,7 +133,7 @@ def test_differential_renamed_folders_warm_cache(demo_base, tmp_path):
 def test_differential_shuffled_sources_and_workers(demo_base, tmp_path):
     "Source order shuffled, one worker, a cold cache: identical per-query numbers."
     base, _ = demo_base
-    srcs = evaluation.corpus_sources(str(demo_corpus_dir())); random.Random(0).shuffle(srcs)
+    srcs = C.corpus_sources(str(demo_corpus_dir())); random.Random(0).shuffle(srcs)
     res = _demo_eval(srcs, demo_queries_path(), tmp_path / 'cold', workers=1)
     assert _per_query(res) == _per_query(base)
 
@@ -140,13 +141,13 @@ def test_differential_duplicate_paper_only_moves_its_own_queries(demo_base, tmp_
     """One paper duplicated under a second id: its duplicate ties it, so only queries whose gold is that paper (or that
     ranked it) may change; every other query's numbers are identical."""
     base, cache = demo_base
-    srcs = evaluation.corpus_sources(str(demo_corpus_dir()))
+    srcs = C.corpus_sources(str(demo_corpus_dir()))
     dup = next(s for s in srcs if Path(s).is_dir())
     shutil.copytree(dup, tmp_path / 'dup-copy')
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         res = _demo_eval(srcs + [str(tmp_path / 'dup-copy')], demo_queries_path(), cache)
-    did = evaluation.latex.paper_id_from_path(dup)
+    did = C.latex.paper_id_from_path(dup)
     touched = {qid for qid, s in base.run.scores.items() if did in s}
     a, b = _per_query(base), _per_query(res)
     assert set(a) == set(b)
@@ -187,7 +188,7 @@ def test_shared_renamed_copy_warm_cache_same_numbers_new_ids(shared_base, shared
 
 def test_reproduce_shared_result_identical_then_names_the_changed_paper(shared_base, shared_dir, tmp_path):
     "`reproduce` on a saved shared-corpus result: identical from a cold cache; then a corpus with one paper edited."
-    from docbench_nb.reproduce import reproduce
+    from docbench_nb.evaluation.reproduce import reproduce
     base, tmp = shared_base
     rep = reproduce(tmp / 'bm25.json', cache_dir=tmp_path / 'cold', progress=False)
     assert rep['identical'] and rep['n_identical'] == base.n_queries and rep['max_abs_diff'] == 0

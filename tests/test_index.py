@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from docbench_nb.records import Unit, Query, Run
-from docbench_nb.index import BM25Index, rrf_fuse, DenseRetriever, BM25Retriever, HybridRetriever
-from docbench_nb.unitindex import DenseIndex, group_by_doc
-from docbench_nb.retrievers import make_retriever
+from docbench_nb.retrieval.text_retrievers import BM25Index, rrf_fuse, DenseRetriever, BM25Retriever, HybridRetriever
+from docbench_nb.retrieval.unit_index import DenseIndex, group_by_doc
+from docbench_nb.retrieval.registry import make_retriever
 
 
 def random_corpus(seed, n_docs=60, max_units=40, dim=24, shuffle=True):
@@ -243,7 +243,7 @@ def test_bm25_retriever_and_specs():
 
 
 def test_dense_retriever_refuses_image_only_units(tmp_path):
-    from docbench_nb.encoders import as_encoder
+    from docbench_nb.retrieval.encoders import as_encoder
 
     class Bow:
         name, dim = 'bow', 8
@@ -257,7 +257,7 @@ def test_dense_retriever_refuses_image_only_units(tmp_path):
 @pytest.mark.slow
 def test_approximate_indexes_on_real_minilm_vectors(shared_dir, tmp_path):
     "HNSW / IVF on MiniLM vectors of real LaTeX windows: IVF scanning every list equals exact, HNSW near it; settings persist."
-    from docbench_nb.encoders import HFTextEncoder
+    from docbench_nb.retrieval.encoders import HFTextEncoder
     texts, docs = [], []
     for tex in sorted((shared_dir/'corpus'/'papers').glob('*/*.tex'))[:30]:
         w = tex.read_text(errors='ignore').split()

@@ -4,9 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from docbench_nb.records import Unit, Query
-from docbench_nb.late import (maxsim, pool_tokens, LateInteractionIndex, TokenCache, embed_tokens_cached,
+from docbench_nb.retrieval.late import (maxsim, pool_tokens, LateInteractionIndex, TokenCache, embed_tokens_cached,
                               HFTokenEncoder, LateRetriever)
-from docbench_nb.retrievers import make_retriever
+from docbench_nb.retrieval.registry import make_retriever
 
 
 def _rand_mats(rng, n, dim, max_tokens=40):
@@ -226,7 +226,7 @@ def test_late_retriever_on_real_papers(shared_dir, tmp_path):
 def test_chunked_index_and_mmap_identical_on_real_papers(shared_dir, tmp_path, monkeypatch):
     """Streaming `LateRetriever.index` (small chunks, preallocated merge) and a memory-mapped reload give the same ranking
     and scores as one in-memory `add` of all matrices."""
-    import docbench_nb.late as late
+    import docbench_nb.retrieval.late as late
     manifest = [json.loads(l) for l in (shared_dir/'corpus'/'manifest.jsonl').read_text().splitlines() if l.strip()]
     units, queries = [], []
     for rec in manifest[:10]:
@@ -264,7 +264,7 @@ FIXTURES = Path(__file__).resolve().parent / 'fixtures'
 
 def test_colbert_checkpoint_equals_pylate():
     "Token vectors (shapes included) and MaxSim scores of the tiny PyLate checkpoint equal PyLate's to 1e-5."
-    from docbench_nb.late import token_encoder, ColBERTEncoder
+    from docbench_nb.retrieval.late import token_encoder, ColBERTEncoder
     ref = np.load(FIXTURES / 'tiny-colbert-ref.npz'); t = json.loads(str(ref['texts']))
     enc = token_encoder(str(FIXTURES / 'tiny-colbert'))
     assert isinstance(enc, ColBERTEncoder) and enc.dim == 8 and enc.query_length == 12
@@ -280,8 +280,8 @@ def test_colbert_checkpoint_equals_pylate():
 
 def test_colbert_spec_through_the_registry_and_refusals(tmp_path):
     "`late:FOLDER` on a ColBERT checkpoint uses its projection; options it cannot honour and plain hidden states are refused."
-    from docbench_nb.retrievers import make_retriever
-    from docbench_nb.late import HFTokenEncoder
+    from docbench_nb.retrieval.registry import make_retriever
+    from docbench_nb.retrieval.late import HFTokenEncoder
     r = make_retriever(f"late:{FIXTURES / 'tiny-colbert'}", cache_dir=tmp_path)
     assert type(r.encoder).__name__ == 'ColBERTEncoder' and r.encoder.dim == 8 and r.window == 37     # 40 kept by PyLate less [CLS], [D], [SEP]
     with pytest.raises(ValueError, match='do not apply to a ColBERT checkpoint'):

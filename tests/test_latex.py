@@ -1,8 +1,8 @@
-"Tests for docbench_nb.latex: source loading, main-file detection, comment stripping, flattening, hostile input."
+"Tests for docbench_nb.latex.sources: source loading, main-file detection, comment stripping, flattening, hostile input."
 import gzip, io, json, os, tarfile, zipfile
 from pathlib import Path
 import pytest
-from docbench_nb.latex import (LatexSourceError, SourceTree, Flattened, load_source, iter_sources, find_main_file,
+from docbench_nb.latex.sources import (LatexSourceError, SourceTree, Flattened, load_source, iter_sources, find_main_file,
                                read_text, strip_comments, flatten_latex, safe_resolve, resolve_name)
 
 DOC = '\\documentclass{article}\n\\begin{document}\n%s\n\\end{document}\n'

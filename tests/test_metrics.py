@@ -7,7 +7,7 @@ import ir_measures
 from ir_measures import nDCG, R, RR, P, Success
 
 from docbench_nb.records import Query, Run
-from docbench_nb.metrics import *
+from docbench_nb.evaluation.metrics import *
 
 TOL = 1e-6
 OURS = {'ndcg_cut_10': lambda r, q: ndcg_at_k(r, q, 10), 'ndcg_cut_5': lambda r, q: ndcg_at_k(r, q, 5),

@@ -3,9 +3,9 @@ import difflib, json, re, shutil, subprocess
 import numpy as np
 import pytest
 from docbench_nb.records import Unit, Query
-from docbench_nb.ocr import (reading_order_text, group_lines, xy_cut, ocr_image, ocr_record, ocr_units,
+from docbench_nb.retrieval.ocr import (reading_order_text, group_lines, xy_cut, ocr_image, ocr_record, ocr_units,
                              OCRError, OCREncoder, OCRRetriever, OCR_ENGINES)
-from docbench_nb.retrievers import make_retriever
+from docbench_nb.retrieval.registry import make_retriever
 from docbench_nb.testing import draw_text_image
 
 needs_tesseract = pytest.mark.skipif(shutil.which('tesseract') is None, reason='tesseract not installed')
@@ -108,7 +108,7 @@ def test_ocr_units_encoder_and_retriever(tmp_path):
     Q = enc.encode_queries(['mass function of halos', 'CRISPR knockout expression'])
     assert U.shape == (2, 384) and (Q @ U.T).argmax(1).tolist() == [0, 1]
     assert enc.fingerprint.startswith('tesseract-') and enc.fingerprint != OCREncoder(engine='rapidocr').fingerprint
-    from docbench_nb.index import BM25Retriever
+    from docbench_nb.retrieval.text_retrievers import BM25Retriever
     r = make_retriever('ocr:tesseract+bm25', cache_dir=tmp_path/'c')
     assert isinstance(r, OCRRetriever) and isinstance(r.retriever, BM25Retriever)
     r.index(figs, progress=False)

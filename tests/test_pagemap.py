@@ -2,9 +2,9 @@
 import json, re, shutil, subprocess, html
 from pathlib import Path
 import pytest
-from docbench_nb import pagemap as PM
-from docbench_nb.parse import parse_paper, parse_text
-from docbench_nb.render import render_paper
+from docbench_nb.pages import pagemap as PM
+from docbench_nb.latex.parse import parse_paper, parse_text
+from docbench_nb.pages.render import render_paper
 
 pytestmark = pytest.mark.skipif(not (shutil.which('pdflatex') and shutil.which('pdftoppm') and shutil.which('pdftotext')),
                                 reason='needs pdflatex (texlive-latex-base) and poppler-utils')

@@ -3,12 +3,13 @@ unplaced queries are counted, and the grid runs the page task beside the paper t
 import json, shutil
 from pathlib import Path
 import pytest
-from docbench_nb.evaluation import load_papers, evaluate
-from docbench_nb.data_io import load_queries
-from docbench_nb.pagemap import words
-from docbench_nb.clean import clean_latex
-from docbench_nb.pagetask import page_maps, page_queries, evaluate_pages, to_page_units, split_page_id
-from docbench_nb.represent import text_units, default_tokenizer
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.pages.pagemap import words
+from docbench_nb.latex.clean import clean_latex
+from docbench_nb.evaluation.page_task import page_maps, page_queries, evaluate_pages, to_page_units, split_page_id
+from docbench_nb.retrieval.represent import text_units, default_tokenizer
 
 IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')     # small papers with dev queries (two compile after repair)
 
@@ -69,7 +70,7 @@ def test_chunks_max_pool_to_pages(small):
 
 
 def test_grid_page_task_beside_paper_task(small, tmp_path):
-    from docbench_nb.experiment import grid
+    from docbench_nb.evaluation.grid import grid
     papers, maps, qfile = small
     corpus = tmp_path / 'papers'; corpus.mkdir()
     for p in papers: shutil.copytree(p.root, corpus / p.id)

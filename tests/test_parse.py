@@ -1,9 +1,9 @@
-"Tests for docbench_nb.parse: one construct per test, hostile inputs, and corpus-level quality targets on ../shared."
+"Tests for docbench_nb.latex.parse: one construct per test, hostile inputs, and corpus-level quality targets on ../shared."
 import json, os, random, re
 from pathlib import Path
 import pytest
 from docbench_nb.records import Paper, PaperError
-from docbench_nb.parse import (parse_macros, expand_macros, clean_latex, parse_text, parse_paper, parse_corpus,
+from docbench_nb.latex.parse import (parse_macros, expand_macros, clean_latex, parse_text, parse_paper, parse_corpus,
                                paper_summary, PaperParseError, ImageResolver, graphics_paths, sentence_span)
 
 def doc(body, pre=''):
@@ -18,7 +18,7 @@ def test_macros_with_args_defaults_and_def():
     assert out == r'$\mathbf{x}+(a,\mathbf{b})$ Figure~\ref{f:1} Fig.~\ref{f:2} M_\odot ba $\operatorname{tr} A$'
 
 def test_unsafe_and_runaway_macros_are_left_alone(monkeypatch):
-    import docbench_nb.macros as M
+    import docbench_nb.latex.macros as M
     ms = parse_macros(r'''\newcommand{\rec}{\rec x} \def\delim#1.{#1} \newcommand{\cs}{\csname foo\endcsname}
     \newcommand{\a}{\b\b\b\b\b\b\b\b}\newcommand{\b}{\c\c\c\c\c\c\c\c}\newcommand{\c}{\d\d\d\d\d\d\d\d}\newcommand{\d}{0123456789}''')
     assert not ms['rec'].safe and not ms['delim'].safe and not ms['cs'].safe and ms['a'].safe
@@ -255,7 +255,7 @@ def test_five_megabyte_file(tmp_path, monkeypatch):
         parts.append(block % (prose(150), i, i, prose(80), i, i, i, prose(60))); n += len(parts[-1]); i += 1
     (tmp_path / 'big.tex').write_text(doc('\\section{Big}\n' + ''.join(parts)))
     assert (tmp_path / 'big.tex').stat().st_size > 5_000_000
-    import docbench_nb.clean as C, docbench_nb.parse as P, docbench_nb.tex as T
+    import docbench_nb.latex.clean as C, docbench_nb.latex.parse as P, docbench_nb.latex.tex as T
     work = {'brace_chars': 0, 'sentences': 0}                 # counted, not timed: the scans that could go quadratic
     real_pairs, real_span = C.brace_pairs, P.sentence_span
     monkeypatch.setattr(C, 'brace_pairs', lambda s: (work.__setitem__('brace_chars', work['brace_chars'] + len(s)), real_pairs(s))[1])
@@ -308,7 +308,7 @@ def norm_tokens(s): return set(re.findall(r'[a-z0-9]+', s.lower())) - {'the', 'a
 @pytest.fixture(scope='module')
 def corpus(shared_dir, tmp_path_factory):
     "Every shared paper and latex sample, parsed once: `(source, record, active body)` triples."
-    from docbench_nb.latex import load_source, flatten_latex
+    from docbench_nb.latex.sources import load_source, flatten_latex
     cache = tmp_path_factory.mktemp('cache')
     srcs = sorted(str(p) for p in (shared_dir / 'corpus' / 'papers').iterdir() if p.is_dir())
     srcs += sorted(str(p) for p in (shared_dir / 'latex-samples').glob('*.tex'))
@@ -379,6 +379,6 @@ def test_corpus_image_resolution(corpus):
 
 def test_protected_names_complete_in_macros():
     "macros alone protects every command the cleaner handles (no module adds to the set at import)."
-    import docbench_nb.macros as M, docbench_nb.clean as C
+    import docbench_nb.latex.macros as M, docbench_nb.latex.clean as C
     assert isinstance(M._PROTECTED, frozenset)
     assert set(C._HANDLERS) | set(C._SECTION_LEVELS) <= M._PROTECTED

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluation import load_papers
-from docbench_nb.data_io import load_queries
-from docbench_nb.represent import represent
-from docbench_nb.queries import (Draft, Evidence, StageRecord, StageStore, extract_evidence, read_query_records,
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.retrieval.represent import represent
+from docbench_nb.queries.evidence import (Draft, Evidence, StageRecord, StageStore, extract_evidence, read_query_records,
                                  write_query_records)
-from docbench_nb.qfilter import build_corpus_index, filter_queries, gold_ranks
-from docbench_nb.qgen import FAILURE_LABELS
-from docbench_nb.review import attrition, import_review, STAGES
-from docbench_nb.qbuild import build_queries, rephrase_queries, check_false_negatives, add_queries_parser
+from docbench_nb.queries.bm25_filter import build_corpus_index, filter_queries, gold_ranks
+from docbench_nb.queries.llm_stages import FAILURE_LABELS
+from docbench_nb.queries.review import attrition, import_review, STAGES
+from docbench_nb.queries.build import build_queries, rephrase_queries, check_false_negatives, add_queries_parser
 
 
 @pytest.fixture(scope='module')

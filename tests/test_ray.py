@@ -6,8 +6,8 @@ import pytest
 
 ray = pytest.importorskip('ray')
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluation import evaluate
-from docbench_nb import ray_engine
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.evaluation import ray_engine
 
 
 def _shards(cache):
@@ -38,7 +38,7 @@ def test_ray_dense_equals_local_and_embeds_in_actors(tmp_path):
 
 RUN = """
 import json, sys
-from docbench_nb import ray_engine
+from docbench_nb.evaluation import ray_engine
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
 res = ray_engine.evaluate_ray(demo_corpus_dir(), demo_queries_path(), retriever='dense', chunk_size=128, cache_dir=sys.argv[1],
                               num_cpus=2, actors=1, batch_size=16, progress=False, log=lambda m: None)

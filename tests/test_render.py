@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 from docbench_nb.records import Paper
-from docbench_nb import render as R
-from docbench_nb import minimal as MIN
+from docbench_nb.pages import render as R
+from docbench_nb.pages import minimal as MIN
 
 pytestmark = pytest.mark.skipif(not (shutil.which('pdflatex') and shutil.which('pdftoppm') and shutil.which('pdftotext')),
                                 reason='needs pdflatex (texlive-latex-base) and poppler-utils')
@@ -37,7 +37,7 @@ def _private_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def launches(monkeypatch):
     "Every external tool rendering starts (all go through `run_tool`), in launch order: `[tool, seconds granted, killed, argv]`."
-    from docbench_nb import assets, sandbox
+    from docbench_nb.pages import assets, sandbox
     out, real = [], assets.run_tool
     def spy(cmd, timeout, *a, **k):
         rec = [Path(str(cmd[0])).name, float(timeout), False, [str(c) for c in cmd]]; out.append(rec)
@@ -165,7 +165,7 @@ def test_tex_output_flood_keeps_python_memory_bounded(tmp_path):
     d = tmp_path / 'flood'; d.mkdir()
     (d / 'main.tex').write_text('\\documentclass{article}\n\\begin{document}\n'
                                 '\\loop\\message{xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx}\\iftrue\\repeat\n\\end{document}\n')
-    code = ("import json, resource, sys\nfrom docbench_nb.sandbox import compile_latex\n"
+    code = ("import json, resource, sys\nfrom docbench_nb.pages.sandbox import compile_latex\n"
             "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "pdf, log = compile_latex(sys.argv[1], 'main.tex', timeout=8)\n"
             "print(json.dumps([r0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, pdf, len(log), log[-200:]]))")

@@ -1,9 +1,9 @@
 "Representations on real papers: chunks are tokenizer-exact, cover the text, and figure descriptions are complete."
 import random, pytest
-from docbench_nb.represent import represent, chunk_spans, default_tokenizer, figure_section, text_caption_units
-from docbench_nb.parse import parse_paper
+from docbench_nb.retrieval.represent import represent, chunk_spans, default_tokenizer, figure_section, text_caption_units
+from docbench_nb.latex.parse import parse_paper
 from docbench_nb.demo import demo_corpus_dir
-from docbench_nb.evaluation import load_papers
+from docbench_nb.latex.corpus import load_papers
 
 @pytest.fixture(scope='module')
 def tok(): return default_tokenizer()
@@ -52,7 +52,7 @@ def test_demo_units_have_kinds_and_ids(tok):
 @pytest.mark.parametrize('size,overlap', [(512, 0), (128, 16)])
 def test_whitespace_shortcut_changes_no_chunk(sample_papers, tok, size, overlap):
     # MiniLM's WordPiece with BERT's pre-tokenizer: a chunk cut at whitespace needs no second tokenization
-    from docbench_nb.chunking import whitespace_exact
+    from docbench_nb.retrieval.chunking import whitespace_exact
     assert whitespace_exact(tok)
     for p in sample_papers:
         assert chunk_spans(p.text, tok, size, overlap) == chunk_spans(p.text, tok, size, overlap, shortcut=False), p.id

@@ -7,9 +7,9 @@ import pytest
 from PIL import Image
 
 from docbench_nb.demo import demo_corpus_dir
-from docbench_nb.evaluation import load_papers
-from docbench_nb.queries import Draft, extract_evidence
-from docbench_nb.review import write_review_sheet
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.queries.evidence import Draft, extract_evidence
+from docbench_nb.queries.review import write_review_sheet
 
 CHROMIUM = next((shutil.which(c) for c in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(c)), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason='chromium not installed (apt-get install -y chromium)')

@@ -2,9 +2,9 @@
 import shutil
 import pytest
 from docbench_nb.demo import demo_corpus_dir
-from docbench_nb.evaluation import load_papers
-from docbench_nb.represent import default_tokenizer, token_offsets
-from docbench_nb.scaling import (context_windows, window_text, prose_fraction, parse_route, scaling_experiment,
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.retrieval.represent import default_tokenizer, token_offsets
+from docbench_nb.evaluation.scaling import (context_windows, window_text, prose_fraction, parse_route, scaling_experiment,
                                  DEFAULT_ROUTES)
 
 
@@ -120,10 +120,10 @@ def test_experiment_demo(demo_papers, cache):
     assert ocr.query_words_found.min() > 0.5
     assert len(df.attrs['windows']) == 4 and len(df.attrs['pages']) == 8
     # rerun: renders and OCR come from the cache (recomputing either would raise here), same numbers
-    import docbench_nb.render, docbench_nb.ocr
+    import docbench_nb.pages.render, docbench_nb.retrieval.ocr
     def recomputed(*a, **k): raise AssertionError('cache miss: the rerun recomputed a render or an OCR')
     with pytest.MonkeyPatch.context() as mp:
-        for mod, fn in ((docbench_nb.render, 'render_pages'), (docbench_nb.ocr, '_ocr_tesseract'), (docbench_nb.ocr, '_ocr_rapidocr')):
+        for mod, fn in ((docbench_nb.pages.render, 'render_pages'), (docbench_nb.retrieval.ocr, '_ocr_tesseract'), (docbench_nb.retrieval.ocr, '_ocr_rapidocr')):
             mp.setattr(mod, fn, recomputed)
         df2 = scaling_experiment(papers, lengths=(100, 400), query_tokens=50, cache_dir=cache, progress=False)
     assert df2['ndcg@10'].tolist() == df['ndcg@10'].tolist()

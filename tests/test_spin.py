@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 torch = pytest.importorskip('torch')
-from docbench_nb.encoders import HFTextEncoder, EmbeddingCache
-from docbench_nb.perspectives import load_pir, split_queries, Perspective, PerspectiveQuery
-from docbench_nb.spin import (noisy_or_loss, steered_embeddings, prefix_states, suffix_embeddings, train_spin, save_spin, load_spin,
+from docbench_nb.retrieval.encoders import HFTextEncoder, EmbeddingCache
+from docbench_nb.coverage.perspectives import load_pir, split_queries, Perspective, PerspectiveQuery
+from docbench_nb.coverage.spin import (noisy_or_loss, steered_embeddings, prefix_states, suffix_embeddings, train_spin, save_spin, load_spin,
                               random_spin, finetune_encoder, resolve_layer)
-from docbench_nb.coverage import evaluate_coverage, add_coverage_parsers
+from docbench_nb.coverage.measures import evaluate_coverage, add_coverage_parsers
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared'
 PIR = SHARED / 'pir' / 'pir_demo_dev.json'

@@ -4,10 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from docbench_nb.demo import demo_corpus_dir, demo_queries_path
-from docbench_nb.evaluation import load_papers, evaluate
-from docbench_nb.data_io import load_queries
-from docbench_nb.train import llm_free_pairs, query_pairs, train_dense, split_groups, evidence_passage, TrainPair
-from docbench_nb.provenance import TRAIN_RECORD, text_digest
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.training.finetune import llm_free_pairs, query_pairs, train_dense, split_groups, evidence_passage, TrainPair
+from docbench_nb.evaluation.provenance import TRAIN_RECORD, text_digest
 
 
 @pytest.fixture(scope='module')

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from PIL import Image
 from docbench_nb.records import Unit, Query
-from docbench_nb.vision import (load_image, unit_key, CLIPEncoder, VLMEmbedder, ColPaliEncoder, ImageRetriever,
+from docbench_nb.retrieval.image_encoders import (load_image, unit_key, CLIPEncoder, VLMEmbedder, ColPaliEncoder, ImageRetriever,
                                 embed_units_cached, IMAGE_RETRIEVER_KINDS)
-from docbench_nb.retrievers import make_retriever
+from docbench_nb.retrieval.registry import make_retriever
 from docbench_nb.spec import SpecError
 from docbench_nb.testing import make_tiny_vision_models
 
@@ -143,7 +143,7 @@ def _pixels_seen(enc, path):
     "Pixels of `path` as the encoder's own image processor receives and resizes it (Qwen-style: grid patches x 14 x 14)."
     im = load_image(path, enc.max_pixels)
     if hasattr(enc, 'image_processor') and hasattr(enc.image_processor, 'merge_size'):
-        from docbench_nb.vision import _pixel_cap
+        from docbench_nb.retrieval.image_encoders import _pixel_cap
         g = enc.image_processor(images=[im], return_tensors='pt', **_pixel_cap(enc.image_processor, enc.max_pixels))['image_grid_thw']
         return int(g.prod()) * 14 * 14
     return im.size[0] * im.size[1]

@@ -1,9 +1,9 @@
 "Figures / pages / interleaved representations on real shared papers (slow: converts figures and renders pages)."
 import shutil, pytest
 from PIL import Image
-from docbench_nb.evaluation import load_papers
-from docbench_nb.represent import represent, default_tokenizer
-import docbench_nb.visual  # registers the visual representations
+from docbench_nb.latex.corpus import load_papers
+from docbench_nb.retrieval.represent import represent, default_tokenizer
+import docbench_nb.retrieval.visual_units  # registers the visual representations
 
 HAVE_TEX = bool(shutil.which('pdflatex') and shutil.which('pdftoppm'))
 
@@ -39,7 +39,7 @@ def test_interleaved_units_pair_chunks_with_nearest_figures(papers_with_figures)
         assert [u.span for u in units] == [u.span for u in text_units]
         assert all(1 <= len(u.images) <= 2 and u.meta['image_tokens'] == 128 for u in units), p.id
         # a chunk that overlaps converted figures is paired with those first (distance 0; ties in figure order), with their images
-        from docbench_nb.assets import convert_paper_figures
+        from docbench_nb.pages.assets import convert_paper_figures
         pngs, _ = convert_paper_figures(p, max_pixels=200_000, cache_dir=cache)
         converted = [f for f in p.figures if any(r in pngs for r in f.images)]
         checked = 0
@@ -54,7 +54,7 @@ def test_interleaved_units_pair_chunks_with_nearest_figures(papers_with_figures)
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which('tesseract'), reason='tesseract not installed')
 def test_interleaved_ocr_text_fits_the_unit_budget(papers_with_figures):
-    from docbench_nb.ocr import ocr_units
+    from docbench_nb.retrieval.ocr import ocr_units
     papers, cache = papers_with_figures
     tok = default_tokenizer()
     n_tok = lambda t: len(tok(t, add_special_tokens=False)['input_ids'])

@@ -4,9 +4,10 @@ from pathlib import Path
 import pytest
 from docbench_nb.records import Paper, PaperError
 from docbench_nb.workers import map_bounded, imap_bounded, WorkFailure
-from docbench_nb.evaluation import load_papers, corpus_sources, source_key, evaluate
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.latex.corpus import load_papers, corpus_sources, source_key
 from docbench_nb.cache import stage_dir
-from docbench_nb import latex
+from docbench_nb.latex import sources as latex
 
 def _strip(p):
     d = p.to_dict(); d['meta'] = {k: v for k, v in d['meta'].items() if k != 'timings'}
@@ -36,12 +37,12 @@ def test_one_paper_over_its_time_limit_does_not_stop_the_others(shared_papers, t
     assert [(e.id, e.error) for e in errors] == [('zz-hostile', 'parse exceeded 3 s wall time')]
     entry = json.loads((stage_dir('papers', tmp_path / 'c') / f"{source_key(corpus / 'zz-hostile')}.json").read_text())
     assert entry['limit'] == 'time' and entry['limits']['time_s'] == 3       # the failure is cached with its reason
-    from docbench_nb import evaluation
-    seen, real = [], evaluation.imap_bounded
+    from docbench_nb.latex import corpus as C
+    seen, real = [], C.imap_bounded
     def counting(fn, items, **kw): items = list(items); seen.extend(items); return real(fn, items, **kw)
-    evaluation.imap_bounded = counting
+    C.imap_bounded = counting
     try: _, errors2 = load_papers(corpus, cache_dir=tmp_path / 'c', progress=False, workers=2, time_limit=3)
-    finally: evaluation.imap_bounded = real
+    finally: C.imap_bounded = real
     assert errors2 == errors and seen == []                                   # not parsed again (counted, not timed)
 
 def test_memory_limit_names_the_limit():
