@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from docbench_nb.evaluation.core import evaluate
 from docbench_nb.latex.corpus import load_papers
 from docbench_nb.evaluation.formats import load_queries
-from docbench_nb.evaluation.page_task import page_maps, page_queries, evaluate_pages, evaluate_units
+from docbench_nb.evaluation.page_task import page_maps, page_queries
+from docbench_nb.evaluation.core import evaluate_units
 from docbench_nb.evaluation.export import export_benchmark, import_beir
 
 SHARED = ROOT.parent / 'shared'
@@ -82,7 +83,7 @@ def main():
     def run(task, rep, ret, ps, qfile, tag):
         t = time.time()
         kw = dict(papers=ps, cache_dir=cache, progress=False)
-        res = evaluate_pages(tag, qfile, rep, ret, maps=maps, **kw) if task == 'page' else evaluate(tag, qfile, rep, ret, **kw)
+        res = evaluate(tag, qfile, rep, ret, task=task, **({'maps': maps} if task == 'page' else {}), **kw)
         row = {'corpus': tag, 'task': task, 'representation': rep, 'retriever': ret, 'n_docs': res.n_docs, 'n_units': res.n_units,
                'n_queries_l0': sum(r['level'] == 0 for r in res.per_query), 'all': summary(res),
                'on_placed': summary(res, placed0), 'by_level': {l: round(v['ndcg@10'], 4) for l, v in res.by_level.items()},

@@ -42,14 +42,12 @@ def evaluate(corpus, queries, representation: str = DEFAULT_REPRESENTATION, retr
     file. Defaults (`bm25`, `text`, k = 10) are those of `docbench evaluate`. `chunk_size=None` chunks to the retriever's
     encoder window (BM25: 512). `task='page'` ranks rendered pages against page-level qrels (`docbench_nb.evaluation.page_task`).
     Returns a `Result`."""
-    from docbench_nb.evaluation.page_task import check_task
-    if check_task(task) == 'page': from docbench_nb.evaluation.page_task import evaluate_pages as _evaluate
-    else: from docbench_nb.evaluation.core import evaluate as _evaluate
+    from docbench_nb.evaluation.core import evaluate as _evaluate        # one core for both tasks
     if isinstance(corpus, list) and (not corpus or isinstance(corpus[0], Paper)):
         kw['papers'], corpus = corpus, kw.pop('corpus_name', 'papers')
     if max_pixels is not None: kw['max_pixels'] = max_pixels
     return Result.from_dict(_evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir,
-                                      progress=progress, k=k, **kw))
+                                      progress=progress, k=k, task=task, **kw))
 
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
          baseline=None, cache_dir=None, task: str = 'paper', **kw) -> dict:

@@ -70,8 +70,7 @@ def cmd_evaluate(args) -> int:
               **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
     if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
         if args.engine == 'ray': raise ValueError("--task page runs on the local engine only (use --engine local)")
-        from docbench_nb.evaluation.page_task import evaluate_pages
-        res = evaluate_pages(args.corpus, args.queries, **kw)
+        res = evaluate(args.corpus, args.queries, task='page', **kw)
     elif args.engine == 'ray':                             # Ray parses and embeds into the cache; the local engine scores
         from docbench_nb.evaluation.ray_engine import evaluate_ray
         log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))

@@ -28,7 +28,7 @@ class RunContext:
         if self.cache_dir is not None: object.__setattr__(self, 'cache_dir', str(self.cache_dir))
     def replace(self, **settings) -> RunContext:
         "A copy with `settings` changed (None leaves a setting as it is)."
-        return run_context(self, **settings)
+        return dataclasses.replace(self, **{k: v for k, v in settings.items() if v is not None})
     def to_dict(self) -> dict: return dataclasses.asdict(self)
 
 # %% auto #0
@@ -41,10 +41,10 @@ ENV = {'DOCBENCH_CACHE': ('cache_dir', str), 'DOCBENCH_WORKERS': ('workers', int
        'DOCBENCH_MAX_PIXELS': ('max_pixels', int)}
 
 def run_context(ctx: Optional[RunContext] = None, **settings) -> RunContext:
-    "`ctx` (default: `RunContext()`) with the given `settings` applied; None means not given; an unknown name is a `TypeError`."
+    "`ctx` (default: the environment's, `context_from_env()`) with `settings` applied; None means not given; an unknown name is a `TypeError`."
     bad = sorted(set(settings) - set(SETTINGS))
     if bad: raise TypeError(f"unknown run setting(s) {', '.join(bad)}; the settings are {', '.join(SETTINGS)}")
-    ctx = ctx if ctx is not None else RunContext()
+    ctx = ctx if ctx is not None else context_from_env()
     if not isinstance(ctx, RunContext): raise TypeError(f"ctx must be a RunContext, got {type(ctx).__name__}")
     given = {k: v for k, v in settings.items() if v is not None}
     return dataclasses.replace(ctx, **given) if given else ctx
@@ -57,4 +57,4 @@ def context_from_env(environ=None, **settings) -> RunContext:
         if environ.get(var):
             try: env[name] = conv(environ[var])
             except ValueError: raise ValueError(f"${var}={environ[var]!r} is not a valid {name}") from None
-    return run_context(RunContext(**env), **settings)
+    return run_context(RunContext(**env), **settings)      # (a given context: no second look at the environment)

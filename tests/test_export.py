@@ -7,7 +7,8 @@ from PIL import Image
 from docbench_nb.latex.corpus import load_papers
 from docbench_nb.evaluation.formats import load_queries, read_beir
 from docbench_nb.pages.render import render_paper
-from docbench_nb.evaluation.page_task import page_maps, evaluate_pages, evaluate_units
+from docbench_nb.evaluation.page_task import page_maps
+from docbench_nb.evaluation.core import evaluate, evaluate_units
 from docbench_nb.evaluation.export import export_benchmark, import_beir, add_export_parsers
 
 IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')
@@ -47,7 +48,7 @@ def test_datasets_reloads_every_config(exported):
 
 def test_reimport_evaluates_to_the_same_numbers(exported):
     papers, maps, qfile, out, s = exported
-    mine = evaluate_pages('small', qfile, 'page-latex', 'bm25', papers=papers, maps=maps, progress=False)
+    mine = evaluate('small', qfile, 'page-latex', 'bm25', papers=papers, maps=maps, progress=False, task='page')
     units, qs, info = import_beir(out, content='text')
     theirs = evaluate_units(units, qs, 'bm25')
     assert len(theirs.per_query) == len(mine.per_query) == 24

@@ -342,7 +342,7 @@ AWKWARD = ['q 1', 'é/ü#2', 'a#b/c', 'x/../y', '  lead', 'tab-free "quote"', '�
 
 
 def test_export_import_round_trip_with_awkward_ids(tmp_path):
-    from docbench_nb.evaluation.page_task import evaluate_units
+    from docbench_nb.evaluation.core import evaluate_units
     docs = ['paper one/ä', 'paper#two']
     pages = _pages([f'{docs[0]}#p{i}' for i in (1, 2, 3)], docs[0]) + _pages([f'{docs[1]}#p{i}' for i in (1, 2)], docs[1])
     for r, words in zip(pages, ['alpha beta', 'gamma delta', 'epsilon zeta', 'eta theta', 'iota kappa']): r['text'] = words

@@ -44,7 +44,7 @@ def test_subpackages_follow_the_layers():
     up = [(e['src'], e['dst'], e['kind']) for e in G.edges(PKG) if G.LAYERS.index(G.layer(e['dst'])) > G.LAYERS.index(G.layer(e['src']))]
     assert up == []
     top_level = sorted(m for m in mods if '.' not in m)
-    assert top_level == ['__init__', 'cache', 'cli', 'demo', 'docs', 'llm', 'records', 'spec', 'testing', 'workers']
+    assert top_level == ['__init__', 'cache', 'cli', 'context', 'demo', 'docs', 'llm', 'records', 'spec', 'testing', 'workers']
 
 
 def test_no_private_name_crosses_a_subpackage():

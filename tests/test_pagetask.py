@@ -8,7 +8,7 @@ from docbench_nb.latex.corpus import load_papers
 from docbench_nb.evaluation.formats import load_queries
 from docbench_nb.pages.pagemap import words
 from docbench_nb.latex.clean import clean_latex
-from docbench_nb.evaluation.page_task import page_maps, page_queries, evaluate_pages, to_page_units, split_page_id
+from docbench_nb.evaluation.page_task import page_maps, page_queries, to_page_units, split_page_id
 from docbench_nb.retrieval.represent import text_units, default_tokenizer
 
 IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')     # small papers with dev queries (two compile after repair)
@@ -47,7 +47,7 @@ def test_unplaced_queries_are_counted_not_dropped(small):
     lost = [q.id for q in qs if q.doc_ids == ['dong-obliquity']]
     assert rep['n_unplaced'] == len(lost) == 2 and sorted(rep['unplaced']) == sorted(lost)
     assert 'render failed' in rep['unplaced'][lost[0]]
-    res = evaluate_pages('small', qfile, 'text', 'bm25', papers=papers, maps=broken, progress=False, levels=(0,))
+    res = evaluate('small', qfile, 'text', 'bm25', papers=papers, maps=broken, progress=False, levels=(0,), task='page')
     assert res.n_queries == len(qs) - 2 and res.extra['page_qrels']['n_unplaced'] == 2
 
 
@@ -56,7 +56,7 @@ def test_chunks_max_pool_to_pages(small):
     "Dense scores do not depend on the corpus: a paper's best page scores exactly the paper's score."
     papers, maps, qfile = small
     paper = evaluate('small', qfile, 'text', 'dense', papers=papers, progress=False, levels=(0,), k=10)
-    page = evaluate_pages('small', qfile, 'text', 'dense', papers=papers, maps=maps, progress=False, levels=(0,), k=50)
+    page = evaluate('small', qfile, 'text', 'dense', papers=papers, maps=maps, progress=False, levels=(0,), k=50, task='page')
     assert page.n_docs == sum(m.n_pages for m in maps.values())
     for qid, ps in paper.run.scores.items():
         best = {}

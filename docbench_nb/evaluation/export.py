@@ -14,6 +14,7 @@ from .formats import (load_queries, write_beir, read_beir, gold_from_qrels, Data
 from ..pages.render import render_paper
 from ..latex.corpus import load_papers
 from .page_task import page_doc_id, page_maps, page_qrels, page_queries
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'write_config', 'dataset_card', 'page_records', 'export_beir',
@@ -54,7 +55,7 @@ def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benc
     return '\n'.join(y + ['---', '', f'# {title}', '', about, ''])
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #74c246a1
-def page_records(papers, maps: dict, cache_dir=None, max_pixels: int = 1_000_000, timeout: float = 120,
+def page_records(papers, maps: dict, cache_dir=None, max_pixels: int = DEFAULT_MAX_PIXELS, timeout: float = 120,
                  with_images: bool = True) -> list:
     "One dict per page of `papers`: `corpus-id`, `doc-id`, `page`, `image` (a PNG path or None), `text`, `render_path`, `method`."
     out = []
@@ -131,7 +132,7 @@ def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dic
             'n_queries': len(queries), 'n_page_qrels': len(qr), 'n_paper_qrels': len(pr)}
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #f133e99f
-def export_benchmark(corpus, queries, out, cache_dir=None, max_pixels: int = 1_000_000, levels=(0, 1, 2, 3), papers=None,
+def export_benchmark(corpus, queries, out, cache_dir=None, max_pixels: int = DEFAULT_MAX_PIXELS, levels=(0, 1, 2, 3), papers=None,
                      maps: Optional[dict] = None, timeout: float = 120, with_images: bool = True, progress: bool = False,
                      force: bool = False) -> dict:
     """Export `corpus` (folder/sources, or parsed `papers`) with the query file `queries` into `out` (see above).
@@ -392,7 +393,7 @@ def cmd_export(args) -> int:
 
 def cmd_evaluate_dataset(args) -> int:
     "`docbench evaluate-dataset`: import a BEIR-format folder and evaluate one retriever on it."
-    from docbench_nb.evaluation.page_task import evaluate_units
+    from docbench_nb.evaluation.core import evaluate_units
     from docbench_nb.evaluation.core import format_result
     units, qs, info = import_beir(args.dataset, cache_dir=args.cache_dir, level=args.level, content=args.content, limits=args.read_limit)
     if info.get('n_no_positive'): print(f"{info['n_no_positive']} queries judged only non-relevant (score 0) were skipped", file=sys.stderr)
@@ -411,7 +412,7 @@ def add_export_parsers(sub):
     e.add_argument('--out', required=True, help='output folder; must be empty or absent unless --force')
     e.add_argument('--force', action='store_true', help='write into a non-empty --out (the new dataset card lists only the shards written now)')
     e.add_argument('--format', default='beir', help='beir (Parquet configs corpus/queries/qrels + JSONL)')
-    e.add_argument('--max-pixels', type=int, default=1_000_000, help='pixel budget of the page images')
+    e.add_argument('--max-pixels', type=int, default=DEFAULT_MAX_PIXELS, help='pixel budget of the page images')
     e.add_argument('--no-images', action='store_true', help='no page images (text only)')
     e.set_defaults(fn=cmd_export)
     v = sub.add_parser('evaluate-dataset', help='evaluate a retriever on a BEIR-format dataset folder (e.g. an export, or ViDoRe saved locally)')

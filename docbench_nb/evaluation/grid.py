@@ -19,7 +19,7 @@ from .provenance import docbench_version
 from .formats import load_queries
 from .core import evaluate
 from ..latex.corpus import load_papers
-from .page_task import evaluate_pages, page_maps, check_task
+from .page_task import page_maps, check_task
 from .result import Result, compare
 from .result_tables import plot_ndcg_vs_index_size
 
@@ -147,8 +147,8 @@ def _run_row(row, corpus, queries, papers, cache_dir, settings, progress, maps=N
     task = kw.pop('task', 'paper')
     if row.max_pixels: kw['max_pixels'] = row.max_pixels
     if task == 'page': kw['maps'] = maps
-    res = Result.from_dict((evaluate_pages if task == 'page' else evaluate)(corpus, queries, row.representation, row.retriever,
-                           chunk_size=row.chunk_size, papers=papers, cache_dir=cache_dir, progress=progress, **kw))
+    res = Result.from_dict(evaluate(corpus, queries, row.representation, row.retriever, chunk_size=row.chunk_size, papers=papers,
+                                    cache_dir=cache_dir, progress=progress, task=task, **kw))
     res.config['task'] = task
     res.config['max_pixels'] = row.max_pixels
     return res

@@ -147,7 +147,7 @@ def _paper_entries(cache_dir=None) -> int:
 
 def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk_size=None, cache_dir=None,
                  address=None, num_cpus=None, actors: int = 1, batch_size: int = 256, progress=True, log=print, **kw):
-    "`evaluation.evaluate` with parsing and text embedding run on Ray; the result records `config['engine']`."
+    "`evaluation.core.evaluate` with parsing and text embedding run on Ray; the result records `config['engine']`."
     from docbench_nb.latex.corpus import load_papers
     t0, started = time.time(), start_ray(address, num_cpus)
     try:

@@ -18,6 +18,7 @@ from ..retrieval.ocr import ocr_image, OCRError
 from .metrics import score_run
 from ..retrieval.registry import make_retriever, check_retriever_spec
 from ..retrieval.image_encoders import IMAGE_RETRIEVER_KINDS
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['DEFAULT_ROUTES', 'prose_mask', 'prose_fraction', 'context_windows', 'window_text', 'parse_route',
@@ -256,7 +257,7 @@ def _route_rows(pl, ret, lengths, items, pages, queries, tok, chunk_size, k) -> 
 
 # %% ../../nbs/04_evaluation/12_scaling.ipynb #0751a48a
 def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1000, 4000, 8000),
-                       routes: Sequence[str] = DEFAULT_ROUTES, max_pixels: int = 1_000_000, ocr_engine: str = 'tesseract',
+                       routes: Sequence[str] = DEFAULT_ROUTES, max_pixels: int = DEFAULT_MAX_PIXELS, ocr_engine: str = 'tesseract',
                        cache_dir=None, progress: bool = True, query_tokens: int = 100, chunk_size: int = 256, seed: int = 0,
                        short: str = 'skip', min_prose: float = 0.7, tokenizer=None, k: int = 10,
                        timeout: float = 120) -> pd.DataFrame:

@@ -10,10 +10,11 @@ from ..records import Paper, PaperError
 from . import sources as latex, parse
 from ..cache import stage_dir, atomic_write_json, read_json_entry
 from ..workers import imap_bounded, WorkFailure
+from ..context import PARSE_TIME_LIMIT, PARSE_MEMORY_MB      # per paper, in its worker
 
 # %% auto #0
-__all__ = ['PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'source_key', 'printable', 'corpus_sources', 'parse_one', 'bind_record',
-           'cached_record', 'store_record', 'corpus_notes', 'load_papers']
+__all__ = ['source_key', 'printable', 'corpus_sources', 'parse_one', 'bind_record', 'cached_record', 'store_record',
+           'corpus_notes', 'load_papers']
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #a625224a
 def _hash_path(path: Path, h) -> None:
@@ -52,8 +53,6 @@ def corpus_sources(corpus, gold_ids=()) -> list:
     return srcs
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #c618bc34
-PARSE_TIME_LIMIT, PARSE_MEMORY_MB = 120.0, 4096   # per paper, in its worker
-
 def parse_one(job):
     "A `Paper` or `PaperError` for one `(source, cache_dir[, id])` (what a worker runs); ids and file names made storable."
     src, cache_dir, *given = job

@@ -8,6 +8,7 @@ import os, re, json, math, time, hashlib, signal, shutil, subprocess, tempfile
 from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 from ..cache import cache_root, file_sha256, atomic_open, atomic_write_json   # one cache root and one atomic writer for all stages
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL',
@@ -246,7 +247,7 @@ def _convert(path, fmt, dest, max_pixels, timeout):
         else: _render_eps(path, raw, max_pixels, timeout, fmt)
         _atomic_save_png(_open_raster(raw, max_pixels, fmt), dest)        # flattens + enforces the budget
 
-def convert_figure(path, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 60) -> str:
+def convert_figure(path, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 60) -> str:
     "Convert the figure file `path` to an RGB PNG of at most `max_pixels` pixels; return the cached PNG's path. A failed conversion is cached with its reason."
     path = Path(path)
     if max_pixels < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
@@ -267,7 +268,7 @@ def convert_figure(path, max_pixels: int = 1_000_000, cache_dir=None, timeout: f
     return str(dest)
 
 # %% ../../nbs/02_pages/00_assets.ipynb #f05d4c3f
-def convert_paper_figures(paper, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 60) -> tuple:
+def convert_paper_figures(paper, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 60) -> tuple:
     "`({relpath: png_path}, [warning, ...])` for every image of every figure of `paper`; never raises for one bad figure."
     root = Path(paper.root or '.').resolve()
     pngs, warns, seen = {}, [], set()

@@ -19,6 +19,7 @@ from .sandbox import (RenderError, ENGINES, MAX_TREE_BYTES, MAX_OUTPUT_FILE_BYTE
 from .minimal import STRATEGIES, MATH_COMMANDS, escape_text, minimal_document, undefined_in_template
 from .repair import (CLASS_SHIM, FRONT_MATTER_SHIM, BODY_SHIM, PACKAGE_SHIMS, class_packages, missing_files,
                                 repair_preamble, _repair, comment_spans, in_spans)
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['RENDER_VERSION', 'PAGES_VERSION', 'OWN_LATEX_PATHS', 'PAGES_PER_CALL', 'DEFAULT_MAX_PAGES', 'FALLBACK_RESERVE',
@@ -66,7 +67,7 @@ def pdf_page_count(pdf, timeout: float = 60) -> int:
     if r.returncode != 0 or not m: raise AssetError(pdf, f"pdfinfo failed: {r.stderr.decode('latin-1').strip()[:300]}", 'pdf')
     return int(m.group(1))
 
-def render_pages(pdf, max_pixels: int = 1_000_000, dpi: float | None = None, first: int | None = None,
+def render_pages(pdf, max_pixels: int = DEFAULT_MAX_PIXELS, dpi: float | None = None, first: int | None = None,
                  last: int | None = None, timeout: float = 120, cache_dir=None) -> list:
     "PNG paths of pages `first..last` (1-based, inclusive; default all) of `pdf`, each at most `max_pixels` pixels. `timeout` is a total over every tool call."
     if not shutil.which('pdftoppm'): raise RenderError('pdftoppm is not installed (Debian: poppler-utils)')
@@ -328,7 +329,7 @@ def _page_cap(max_pages) -> int | None:
         raise ValueError(f'max_pages must be a whole number >= 0 (0: no cap), got {max_pages!r}')
     return max_pages or None
 
-def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 120,
+def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 120,
                  engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
     "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too."
     t0 = time.time(); deadline = time.monotonic() + timeout
@@ -368,7 +369,7 @@ def render_paper(paper_or_src, max_pixels: int = 1_000_000, cache_dir=None, time
     finally: shutil.rmtree(tmp_out, ignore_errors=True)
 
 # %% ../../nbs/02_pages/04_render.ipynb #30bd7b29
-def render_snippet(text: str, max_pixels: int = 1_000_000, cache_dir=None, timeout: float = 60,
+def render_snippet(text: str, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 60,
                    base_size: float = 10.0, min_size: float = 2.0, with_info: bool = False):
     "One page image of `text` (LaTeX) at most `max_pixels` pixels, shrinking the font until it fits one page."
     cache = cache_root(cache_dir) / 'snippets' / PAGES_VERSION

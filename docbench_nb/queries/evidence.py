@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 from ..records import Paper
 from ..cache import atomic_write, content_key
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['EVIDENCE_TYPES', 'Evidence', 'Draft', 'StageRecord', 'text_evidence', 'table_evidence', 'figure_evidence',
@@ -154,7 +155,7 @@ def table_evidence(paper: Paper, per_paper: int = 2, max_chars: int = 1500) -> t
 
 # %% ../../nbs/05_queries/00_evidence.ipynb #84869a81
 def figure_evidence(paper: Paper, per_paper: int = 2, max_chars: int = 1500, images: bool = True,
-                    max_pixels: int = 1_000_000, cache_dir=None) -> tuple:
+                    max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None) -> tuple:
     "`(evidence, records)`: up to `per_paper` figures (caption + citing sentences, images converted to PNG)."
     ok, recs = [], []
     for i, f in enumerate(paper.figures):

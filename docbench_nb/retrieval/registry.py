@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 from ..records import Unit, Query, Run
 from ..spec import Registry, Option, Spec, SpecError, parse_spec
+from ..context import DEFAULT_MAX_PIXELS      # one default, written once
 
 # %% auto #0
-__all__ = ['RETRIEVERS', 'DEFAULT_MAX_PIXELS', 'BM25_CHUNK_SIZE', 'Retriever', 'RetrieverBase', 'register_retriever',
-           'check_retriever_spec', 'make_retriever', 'retriever_help', 'default_chunk_size']
+__all__ = ['RETRIEVERS', 'BM25_CHUNK_SIZE', 'Retriever', 'RetrieverBase', 'register_retriever', 'check_retriever_spec',
+           'make_retriever', 'retriever_help', 'default_chunk_size']
 
 # %% ../../nbs/03_retrieval/02_registry.ipynb #611f9985
 @runtime_checkable
@@ -36,7 +37,6 @@ class RetrieverBase:
 
 # %% ../../nbs/03_retrieval/02_registry.ipynb #821f6fb7
 RETRIEVERS = Registry('retriever', entry_point_group='docbench.retrievers')   # kinds register where they are defined
-DEFAULT_MAX_PIXELS = 1_000_000      # image budget when none is given (the study's middle setting)
 BM25_CHUNK_SIZE = 512               # the study's chunk size, used when a retriever has no encoder window
 
 def register_retriever(kind: str, *, model: str = 'optional', options: Optional[dict] = None, inner=False, help: str = '',

@@ -12,6 +12,7 @@ from ..spec import Registry, Option, Spec, parse_spec
 from .chunking import token_offsets, chunk_spans, default_tokenizer
 from ..workers import map_bounded, default_workers, WorkFailure
 from tqdm.auto import tqdm
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['DEFAULT_DESCRIBER', 'DESCRIBERS', 'REPRESENTATIONS', 'REPRESENT_TIME_LIMIT', 'PaperNotes', 'paper_notes', 'Describer',
@@ -89,7 +90,7 @@ def make_describer(spec=None, *, cache_dir=None, max_pixels: Optional[int] = Non
     if spec is not None and not isinstance(spec, (str, Spec)):
         if callable(getattr(spec, 'describe', None)) and isinstance(getattr(spec, 'name', None), str): return spec
         raise TypeError(f"describer must be a spec string or have `name` and `describe(paper, figure)`; got {type(spec).__name__}")
-    mp = 1_000_000 if max_pixels is None else int(max_pixels)
+    mp = DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)
     if mp < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
     return DESCRIBERS.build(_describer_spec(spec), cache_dir=cache_dir, max_pixels=mp)
 
@@ -123,7 +124,7 @@ def text_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: int = 0,
 
 def text_caption_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: int = 0,
                        describer: Describer | None = None, notes: Optional[PaperNotes] = None, cache_dir=None,
-                       max_pixels: int = 1_000_000, **kw) -> list:
+                       max_pixels: int = DEFAULT_MAX_PIXELS, **kw) -> list:
     "The `text+captions` representation: text chunks plus the chunked figure-description section."
     units = text_units(paper, tokenizer, chunk_size, overlap)
     if not paper.figures: return units

@@ -10,12 +10,13 @@ from .represent import register_representation, PaperNotes, paper_notes
 from ..pages.assets import convert_paper_figures
 from ..pages.render import render_paper
 from ..pages.pagemap import map_paper
+from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['figure_units', 'page_units', 'nearest_figures', 'interleaved_units', 'page_latex_units']
 
 # %% ../../nbs/03_retrieval/09_visual_units.ipynb #d4d86517
-def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = 1_000_000,
+def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
                  with_caption: bool = False, cache_dir=None, notes: PaperNotes | None = None, **kw) -> list:
     "The `figures` representation: one unit per converted figure image (optionally with its caption as text)."
     notes = paper_notes(notes, paper)
@@ -31,7 +32,7 @@ def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pi
     return units
 
 # %% ../../nbs/03_retrieval/09_visual_units.ipynb #8842b299
-def page_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = 1_000_000,
+def page_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
                cache_dir=None, timeout: float = 120, max_pages=None, notes: PaperNotes | None = None, **kw) -> list:
     "The `pages` (document-as-image) representation: one unit per rendered page, recording the render path."
     notes = paper_notes(notes, paper)
@@ -50,7 +51,7 @@ def nearest_figures(span, figures, n: int = 2) -> list:
     order = sorted(range(len(figures)), key=lambda i: (dist(figures[i]), i))
     return order[:n]
 
-def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pixels: int = 1_000_000,
+def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
                       n_images: int = 2, image_share: float = 0.5, cache_dir=None, notes: PaperNotes | None = None, **kw) -> list:
     "The `interleaved` representation: text chunks, each with the images of its `n_images` nearest figures, within a `chunk_size` token budget of which `image_share` is kept for the images."
     if not 0 <= image_share < 1: raise ValueError(f"image_share must be in [0, 1), got {image_share}")
