@@ -91,6 +91,12 @@ def test_grid_page_task_beside_paper_task(small, tmp_path):
         expected = sum(per_q.get(q, {}).get('ndcg_cut_10', 0.0) for q in qrels) / len(qrels)
         assert 0 < expected, (r['label'], expected)
         assert r['ndcg@10'] == pytest.approx(expected, abs=1e-9), (r['label'], r['ndcg@10'], expected)
+        # and tied to committed numbers: every query's page-task nDCG@10 as the code of 0ea9e23 (before the evaluation core
+        # was unified) computed it on these three papers (tests/fixtures/pagetask_small.json)
+        ref = json.loads((Path(__file__).parent / 'fixtures' / 'pagetask_small.json').read_text())[f"page|{r['label']}"]
+        res = json.loads((tmp_path / 'g' / r['result']).read_text())
+        assert r['n_docs'] == ref['n_docs'] and r['ndcg@10'] == pytest.approx(ref['ndcg@10'], abs=1e-12)
+        assert {f"{x['query_id']}@{x['level']}": x['ndcg@10'] for x in res['per_query']} == pytest.approx(ref['per_query'], abs=1e-12)
     tp = grid(corpus, qfile, tmp_path / 'g', representations='text', retrievers='bm25', progress=False, log=lambda m: None)
     assert tp['computed'] == 1 and tp['rows'][0]['n_docs'] == len(papers)
     assert grid(corpus, qfile, tmp_path / 'g', representations='text,page-latex', retrievers='bm25', task='page',
