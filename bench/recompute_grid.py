@@ -1,5 +1,6 @@
 """Recompute a committed grid from a cold cache and compare it with the committed results, query by query: the check
-that a refactoring moved no number. Each row's result JSON is compared on every per-query metric (and rank); rows can be
+that a refactoring moved no number. Each row's result JSON is compared on every per-query metric (and rank) and on
+n_docs, n_units, n_queries and index_bytes; rows can be
 restricted with --only (substring of the row label) or --skip.
 
     python bench/recompute_grid.py results/grid_demo --corpus docbench_nb/demo/papers --queries docbench_nb/demo/queries.jsonl
@@ -35,9 +36,10 @@ for r in rows:
     po, pn = {key(q): q for q in old['per_query']}, {key(q): q for q in got['per_query']}
     diff = [k for k in po if k not in pn or any(not (po[k][m] == pn[k].get(m) or (isinstance(po[k][m], float) and math.isclose(po[k][m], pn[k].get(m, float('nan')), abs_tol=1e-12)))
                                                for m in po[k] if m not in ('gold',))]
-    same = not diff and len(po) == len(pn)
+    sizes = [x for x in ('n_docs', 'n_units', 'n_queries', 'index_bytes') if old.get(x) != got.get(x)]
+    same = not diff and len(po) == len(pn) and not sizes
     same_all &= same
-    report.append((r['label'], f"{len(po)} query rows", 'identical' if same else f"{len(diff)} differ, e.g. {diff[:3]}",
+    report.append((r['label'], f"{len(po)} query rows", 'identical' if same else f"{len(diff)} differ, e.g. {diff[:3]}; sizes differ: {sizes}",
                    f"nDCG@10 {old['overall'].get('ndcg@10'):.4f} -> {got['overall'].get('ndcg@10'):.4f}", f"index_bytes {old['index_bytes']} -> {got['index_bytes']}"))
 print(f"| row | query rows | per-query metrics | nDCG@10 | index bytes |\n|---|---|---|---|---|")
 for x in report: print('| ' + ' | '.join(map(str, x)) + ' |')

@@ -37,8 +37,8 @@ __all__ = ['DEFAULT_MAX_PIXELS', 'PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'SETTING
 
 # %% ../nbs/00_base/05_context.ipynb #a2f0e0a8
 SETTINGS = tuple(f.name for f in dataclasses.fields(RunContext))
-ENV = {'DOCBENCH_CACHE': ('cache_dir', str), 'DOCBENCH_WORKERS': ('workers', int), 'DOCBENCH_DEVICE': ('device', str),
-       'DOCBENCH_MAX_PIXELS': ('max_pixels', int)}
+# only settings that cannot change a number; the pixel budget (which can) is given explicitly, where the result records it
+ENV = {'DOCBENCH_CACHE': ('cache_dir', str), 'DOCBENCH_WORKERS': ('workers', int), 'DOCBENCH_DEVICE': ('device', str)}
 
 def run_context(ctx: Optional[RunContext] = None, **settings) -> RunContext:
     "`ctx` (default: the environment's, `context_from_env()`) with `settings` applied; None means not given; an unknown name is a `TypeError`."

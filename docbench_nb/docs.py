@@ -83,7 +83,7 @@ def execute_notebook(p, nbs_path, timeout=900, kernel_name='python3'):
             if c.cell_type == 'code' and _re_eval_false.search(c.source):
                 c.metadata.setdefault('tags', []).append('skip-execution')
         nb.cells.insert(0, nbformat.v4.new_code_cell(_SETUP))
-        try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name, startup_timeout=300).preprocess(nb, {'metadata': {'path': str(nbs_path)}})
+        try: ExecutePreprocessor(timeout=timeout, kernel_name=kernel_name, startup_timeout=300).preprocess(nb, {'metadata': {'path': str(Path(p).parent)}})   # from its own folder, as nbdev_test runs it
         except CellExecutionError as e: raise RuntimeError(f"docs: notebook {Path(p).name} failed:\n{str(e)[-3000:]}") from None
         except RuntimeError as e:
             if attempt == 2 or 'Kernel died' not in str(e): raise RuntimeError(f"docs: notebook {Path(p).name}: {e}") from None

@@ -215,3 +215,17 @@ def test_cli_reproduce_exit_codes(tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep['changed_inputs']['corpus']['changed'] == ['curneg-dense-retrieval']
     assert rc == 1 and not rep['identical'] and rep['differ'] and rep['n_queries'] == 240
+
+
+@pytest.mark.skipif(shutil.which('pdflatex') is None, reason='the page task needs pdflatex (page maps)')
+def test_reproduce_a_page_task_result(tmp_path):
+    "A page-task result is rerun on the page task: identical from a cold cache (rerun as the paper task it would differ)."
+    from docbench_nb.evaluation.reproduce import reproduce
+    name = 'karst-spring-recession'
+    corpus = tmp_path / 'papers'; corpus.mkdir(); shutil.copytree(Path(demo_corpus_dir()) / name, corpus / name)
+    q = tmp_path / 'q.jsonl'; q.write_text(''.join(l for l in open(demo_queries_path()) if json.loads(l)['doc_id'] == name))
+    res = evaluate(corpus, q, 'text', 'bm25', 128, task='page', cache_dir=tmp_path / 'c', progress=False)
+    res.save(tmp_path / 'page.json')
+    rep = reproduce(tmp_path / 'page.json', cache_dir=tmp_path / 'c2', progress=False)
+    assert res.config['task'] == rep['result'].config['task'] == 'page' and res.n_docs == rep['result'].n_docs > 1
+    assert rep['identical'] and rep['n_identical'] == res.n_queries and rep['max_abs_diff'] == 0

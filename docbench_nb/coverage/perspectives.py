@@ -176,7 +176,7 @@ def _perspective_query(n, d, probs):
 
 def read_perspective_beir(dir, split: str = 'test', limits=None) -> tuple:
     """`(corpus {doc_id: text}, queries)` from a folder `write_perspective_beir` wrote. Files are resolved inside `dir` and
-    read under `limits` (`data_io`'s reader policy); `DataFileError` names each bad file and line; judgments below 1 are
+    read under `limits` (`evaluation.formats`' reader policy); `DataFileError` names each bad file and line; judgments below 1 are
     not gold and are counted in a warning."""
     dir, lim = Path(dir), read_limits(limits)
     corpus = {k: v['text'] for k, v in read_beir_corpus(dataset_file(dir, 'corpus.jsonl', 'corpus', lim), lim).items()}

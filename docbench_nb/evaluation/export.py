@@ -305,7 +305,7 @@ def import_beir(folder, split: str = 'test', cache_dir=None, level: str = 'page'
     """`(units, queries, info)` from a BEIR-format dataset folder (see above). `level='paper'` (docbench exports):
     the `qrels-paper` judgments, each page unit filed under its paper (`doc-id`). `content`: what a unit carries —
     `'both'`, `'text'` (pages with text only, no image: the page's text as a text retriever sees it) or `'image'`
-    (the image only: what an image retriever or OCR sees). `limits`: read limits over `data_io.READ_LIMITS`."""
+    (the image only: what an image retriever or OCR sees). `limits`: read limits over `formats.READ_LIMITS`."""
     if level not in ('page', 'paper'): raise ValueError(f"import: level must be 'page' or 'paper', got {level!r}")
     if content not in IMPORT_CONTENT: raise ValueError(f"import: content must be one of {IMPORT_CONTENT}, got {content!r}")
     lim = read_limits(limits)

@@ -15,7 +15,7 @@ from ..latex.corpus import load_papers
 __all__ = ['compare_per_query', 'reproduce', 'format_reproduction', 'add_reproduce_parser', 'cmd_reproduce']
 
 # %% ../../nbs/04_evaluation/10_reproduce.ipynb #9aa62e2e
-_RERUN_KEYS = ('representation', 'retriever', 'chunk_size', 'overlap', 'k', 'max_pixels', 'max_pages')
+_RERUN_KEYS = ('task', 'representation', 'retriever', 'chunk_size', 'overlap', 'k', 'max_pixels', 'max_pages')
 
 def _rerun_kwargs(config: dict, prov: dict, training=None) -> dict:
     "The `evaluate` arguments a result's config and provenance record; a describer given as an object cannot be rerun."

@@ -102,7 +102,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
     """Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`.
     `evidence_papers` (a sample size or a list of ids) limits where evidence comes from; every paper of the corpus stays in
     the BM25 and false-negative index as a distractor. `progress`: a bar per stage, item by item (on stderr).
-    A `bm25_k` the corpus cannot meet (`qfilter.bm25_k_problem`) is warned about before any model call."""
+    A `bm25_k` the corpus cannot meet (`bm25_filter.bm25_k_problem`) is warned about before any model call."""
     out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
     papers = _papers(corpus, cache_dir, papers, progress)
     warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]

@@ -116,7 +116,7 @@ def evidence_passage(p: Paper, excerpt: str) -> str:
     return best
 
 def query_pairs(queries, papers: Sequence[Paper], rephrase_frac: float = 0.0, levels='original', seed: int = 0) -> list:
-    """Pairs from query records (`data_io.load_queries(..., levels=(0,1,2,3))`): level 0 per group, a `rephrase_frac` share
+    """Pairs from query records (`formats.load_queries(..., levels=(0,1,2,3))`): level 0 per group, a `rephrase_frac` share
     swapped for a random rephrasing (level 1-3), or every level with `levels='all'`."""
     if not 0 <= rephrase_frac <= 1: raise ValueError(f"rephrase_frac must be within [0, 1], got {rephrase_frac}")
     by_id, rng = {p.id: p for p in papers}, random.Random(seed)

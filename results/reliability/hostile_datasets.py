@@ -217,7 +217,7 @@ def bomb_png_ocr(w):
 def bomb_png_load_image(w):
     from PIL import Image
     Image.new('1', (20000, 20000)).save(w / 'bomb.png')
-    return run([w / 'bomb.png'], w, "import sys\nfrom docbench_nb.vision import load_image\nload_image(sys.argv[1], 1_000_000)")
+    return run([w / 'bomb.png'], w, "import sys\nfrom docbench_nb.retrieval.image_encoders import load_image\nload_image(sys.argv[1], 1_000_000)")
 
 
 @case
@@ -263,7 +263,7 @@ def export_stale_shard(w):
         import sys
         from pathlib import Path
         from docbench_nb.records import Query
-        from docbench_nb.export import export_beir, import_beir, write_config
+        from docbench_nb.evaluation.export import export_beir, import_beir, write_config
         out = Path(sys.argv[1])
         pages = [{'corpus-id': f'd{i}', 'doc-id': 'p', 'page': i, 'image': None, 'text': f'page {i}', 'render_path': None, 'method': 'x'} for i in range(10)]
         qs = [Query('q1', 'page 1', ['p'])]
