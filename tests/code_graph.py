@@ -45,6 +45,15 @@ def _resolve(mods: dict, name: str):
     return None
 
 
+def _from_target(m: str, n: ast.ImportFrom):
+    "The package module (dotted, relative to the package) that `from … import` node `n` in module `m` reads, or None (another library)."
+    if n.level:
+        base = _package_of(m)
+        base = base[:len(base) - (n.level - 1)] if n.level > 1 else base
+        return '.'.join(base + ([n.module] if n.module else []))
+    return n.module[len(LIB) + 1:] if (n.module or '').split('.')[0] == LIB else None
+
+
 def _in_function(tree) -> set:
     ids = set()
     for fn in ast.walk(tree):
@@ -65,12 +74,7 @@ def edges(pkg: Path) -> list:
         for n in ast.walk(tree):
             kind = 'local' if id(n) in local else 'top'
             if isinstance(n, ast.ImportFrom):
-                if n.level:
-                    base = _package_of(m)
-                    base = base[:len(base) - (n.level - 1)] if n.level > 1 else base
-                    target = '.'.join(base + ([n.module] if n.module else []))
-                elif (n.module or '').split('.')[0] == LIB: target = n.module[len(LIB) + 1:]
-                else: continue
+                if (target := _from_target(m, n)) is None: continue
                 plain = []
                 for a in n.names:
                     sub = _resolve(mods, f'{target}.{a.name}' if target else a.name) if a.name != '*' else None
@@ -120,11 +124,7 @@ def private_imports(pkg: Path) -> list:
     for m, p in mods.items():
         tree, alias = ast.parse(p.read_text(encoding='utf-8')), {}
         for n in ast.walk(tree):
-            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or '').split('.')[0] == LIB):
-                if n.level:
-                    base = _package_of(m); base = base[:len(base) - (n.level - 1)] if n.level > 1 else base
-                    target = '.'.join(base + ([n.module] if n.module else []))
-                else: target = n.module[len(LIB) + 1:]
+            if isinstance(n, ast.ImportFrom) and (target := _from_target(m, n)) is not None:
                 for a in n.names:
                     if (sub := _resolve(mods, f'{target}.{a.name}' if target else a.name)): alias[a.asname or a.name] = sub
             elif isinstance(n, ast.Import):

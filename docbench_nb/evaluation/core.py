@@ -5,18 +5,17 @@
 # %% ../../nbs/04_evaluation/06_core.ipynb #1dadccf2
 from __future__ import annotations
 import os, time, resource
-from pathlib import Path
 from typing import Optional, Sequence
-from ..records import Paper, Query, Run, Unit
+from ..records import Query, Unit
 from ..context import RunContext, run_context, SETTINGS, DEFAULT_MAX_PIXELS
-from ..latex import sources as latex, parse
+from ..latex import sources as latex
 from ..cache import cache_root
 from ..latex.corpus import load_papers, corpus_sources, corpus_notes, printable
 from ..retrieval.represent import represent, REPRESENTATIONS, make_describer, takes_describer
 from ..retrieval.registry import make_retriever, default_chunk_size
 from .formats import load_queries
 from .metrics import score_run
-from .result import Result, METRIC_KEYS, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
+from .result import Result, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
 from .provenance import provenance, training_records, training_overlap
 from .page_task import check_task, page_maps, page_queries, to_page_units
 
