@@ -38,6 +38,7 @@ stats = {
     'signatures with cache_dir': G.signatures_with(pkg, 'cache_dir'),
     'signatures with progress': G.signatures_with(pkg, 'progress'),
     'signatures with max_pixels': G.signatures_with(pkg, 'max_pixels'),
+    'signatures handing a run setting on unused': G.signatures_handing_on(pkg),
     'literal 1_000_000': literal,
     'evaluate* functions': len(G.public_functions(pkg, 'evaluate')),
     'notebooks depending on later-numbered ones': len({a for a, _ in late_nbs}),

@@ -16,13 +16,13 @@ def main(argv=None):
     ap.add_argument('--corpus', default=str(ROOT.parent / 'shared' / 'corpus' / 'papers'))
     ap.add_argument('--queries', default=str(ROOT.parent / 'shared' / 'queries' / 'dev.jsonl'))
     ap.add_argument('--out', default=str(ROOT / 'results' / 'train'))
-    ap.add_argument('--mixes', default=','.join(MIXES)); ap.add_argument('--chunk-size', type=int, default=512)
+    ap.add_argument('--mixes', default=None); ap.add_argument('--llm', default=None); ap.add_argument('--chunk-size', type=int, default=512)
     ap.add_argument('--per-paper', type=int, default=8); ap.add_argument('--max-length', type=int, default=128)
     ap.add_argument('--batch-size', type=int, default=32); ap.add_argument('--cache-dir', default=None)
     ap.add_argument('--kind', default='dense', choices=['dense', 'late'], help='retriever to fine-tune')
     a = ap.parse_args(argv)
     t0 = time.time()
-    rows = ablation(a.corpus, a.queries, a.out, mixes=a.mixes.split(','), kind=a.kind, chunk_size=a.chunk_size, cache_dir=a.cache_dir,
+    rows = ablation(a.corpus, a.queries, a.out, mixes=a.mixes.split(',') if a.mixes else None, kind=a.kind, llm=a.llm, chunk_size=a.chunk_size, cache_dir=a.cache_dir,
                     progress=False, per_paper=a.per_paper, max_length=a.max_length, batch_size=a.batch_size)
     cols = ['mix', 'n_pairs', 'train_s', 'peak_rss_mb', 'L0', 'L1', 'L2', 'L3', 'type=figure', 'type=table', 'type=text', 'robust@10',
             'p_L0', 'p_L1', 'p_L2', 'p_L3']

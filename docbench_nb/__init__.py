@@ -53,7 +53,7 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
          baseline=None, cache_dir=None, task: str = 'paper', **kw) -> dict:
     "The experiment grid (see `docbench_nb.evaluation.grid.grid`): writes `out/table.json|md`, the plot and one result per row; `task='page'`: page retrieval."
     from docbench_nb.evaluation.grid import grid as _grid
-    return _grid(corpus, queries, out, representations, retrievers, chunk_sizes, max_pixels, baseline, cache_dir, task=task, **kw)
+    return _grid(corpus, queries, out, representations, retrievers, chunk_sizes, max_pixels, baseline, task=task, cache_dir=cache_dir, **kw)
 
 def load_results(folder, with_runs: bool = False) -> list:
     "Every `Result` saved in `folder` (a result file instead: that one)."

@@ -16,7 +16,7 @@ __all__ = ['CACHE_STAGES', 'cache_root', 'stage_dir', 'content_key', 'file_sha25
            'cache_clear', 'add_cache_parsers', 'cmd_cache', 'cached_compute']
 
 # %% ../nbs/00_base/02_cache.ipynb #36dfe9d6
-CACHE_STAGES = ('papers', 'sources', 'figures', 'renders', 'ocr', 'embeddings', 'tokens', 'descriptions', 'llm')
+CACHE_STAGES = ('papers', 'sources', 'figures', 'renders', 'ocr', 'embeddings', 'tokens', 'descriptions', 'llm', 'indexes')
 
 _ROOTS: set = set()     # every cache root this process has used: what is read or written under one of its stages stays in that stage
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse, json, os, sys
 from pathlib import Path
 from .evaluation.result import DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K   # one set of defaults: CLI and `db.evaluate`
+from .context import context_from_args
 
 # %% auto #0
 __all__ = ['GRID_KEYS', 'EXAMPLES', 'OUTPUTS', 'corpus_sources', 'cmd_parse', 'cmd_retrievers', 'cmd_evaluate', 'cmd_compare',
@@ -64,7 +65,7 @@ def cmd_evaluate(args) -> int:
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
     corpus_sources(args.corpus, 'evaluate')             # says what in the corpus folder is no paper
     kw = dict(representation=args.representation, retriever=args.retriever, chunk_size=args.chunk_size, overlap=args.overlap,
-              k=args.k, cache_dir=args.cache_dir, progress=not args.quiet, describer=args.describer,
+              k=args.k, ctx=context_from_args(args), describer=args.describer,      # the run context: built once, here
               **({'allow_overlap': True} if args.allow_overlap else {}),
               **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}),
               **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
@@ -75,7 +76,7 @@ def cmd_evaluate(args) -> int:
         from docbench_nb.evaluation.ray_engine import evaluate_ray
         log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
         res = evaluate_ray(args.corpus, args.queries, address=args.ray_address, actors=args.actors, log=log, **kw)
-    else: res = evaluate(args.corpus, args.queries, workers=args.workers, **kw)
+    else: res = evaluate(args.corpus, args.queries, **kw)
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -145,9 +146,9 @@ def cmd_grid(args) -> int:
     if missing: raise ValueError(f"grid: missing {', '.join('--' + m.replace('_', '-') for m in missing)} (flags or --config)")
     t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
              chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
-             cache_dir=args.cache_dir, k=int(cfg['k']) if cfg.get('k') is not None else 10, describer=cfg.get('describer'), redo=args.redo,
-             task=cfg.get('task') or 'paper',
-             progress=not args.quiet, log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
+             k=int(cfg['k']) if cfg.get('k') is not None else 10, describer=cfg.get('describer'), redo=args.redo,
+             task=cfg.get('task') or 'paper', ctx=context_from_args(args),
+             log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     print((Path(cfg['out']) / 'table.md').read_text(encoding='utf-8'))
     print(f"{len(t['rows'])} rows: {t['computed']} computed, {t['reused']} reused, {t['failed']} failed in {t['seconds']:.1f}s; wrote {cfg['out']}")
     return 1 if t['failed'] else 0
@@ -158,12 +159,13 @@ def cmd_demo(args) -> int:
     from docbench_nb.demo import demo_corpus_dir, demo_queries_path
     from docbench_nb.evaluation.core import evaluate, format_result
     from docbench_nb.latex.corpus import load_papers
-    papers, _ = load_papers(demo_corpus_dir(), cache_dir=args.cache_dir, progress=not args.quiet)
+    ctx = context_from_args(args)
+    papers, _ = load_papers(demo_corpus_dir(), cache_dir=ctx.cache_dir, progress=ctx.progress)
     print(f'demo corpus: {len(papers)} papers from {demo_corpus_dir()}')
     summary = []
     for r in args.retrievers.split(','):
         res = evaluate(demo_corpus_dir(), demo_queries_path(), retriever=r, representation=args.representation,
-                       chunk_size=args.chunk_size, cache_dir=args.cache_dir, papers=papers, progress=not args.quiet)
+                       chunk_size=args.chunk_size, papers=papers, ctx=ctx)
         print('\n' + format_result(res))
         summary.append((r, res['overall']['ndcg@10'], res['by_level']['3']['ndcg@10'], res['index_bytes']))
         if args.out: res.save(Path(args.out) / f'demo-{r.replace(":", "_")}.json')
@@ -184,7 +186,7 @@ def cmd_stats(args) -> int:
     "`docbench stats`: corpus statistics (tokens, pages, figures, tables per paper)."
     from docbench_nb.evaluation.corpus_stats import corpus_stats_summary
     if not Path(args.corpus).exists(): raise FileNotFoundError(f"no such file or folder: {args.corpus}")
-    d = corpus_stats_summary(args.corpus, cache_dir=args.cache_dir, pages=args.pages, progress=not args.quiet)
+    d = corpus_stats_summary(args.corpus, pages=args.pages, ctx=context_from_args(args))
     print(json.dumps(d, indent=None if args.json else 1, ensure_ascii=False, default=str))
     return 0
 
@@ -285,6 +287,7 @@ EXAMPLES = {
     'reproduce': ['docbench reproduce results/bm25.json', 'docbench reproduce results/bm25.json --corpus moved/papers --cache-dir /tmp/fresh'],
     'train': ['docbench train --corpus papers/ --out models/minilm-adapted            # LLM-free in-domain pairs',
               'docbench train --corpus papers/ --queries train.jsonl --pairs llm-free,queries --rephrase-frac 0.5 --out models/ft',
+              'docbench train --corpus papers/ --queries train.jsonl --pairs queries --llm openai:gpt-4o-mini --out models/ft-llm',
               'docbench evaluate --corpus papers/ --queries test.jsonl --retriever dense:models/ft'],
     'train ablation': ['docbench train ablation --corpus papers/ --queries dev.jsonl --out results/train'],
     'parse': ['docbench parse papers/ --json > papers.jsonl', 'docbench parse 2401.01234.tar.gz'],
@@ -301,11 +304,14 @@ EXAMPLES = {
                 'docbench compare grid/*.json --metrics ndcg@10,recall@10 --levels all'],
     'queries': ['docbench queries build --corpus papers/ --llm local --out qset/', 'docbench queries build --help'],
     'queries build': ['docbench queries build --corpus papers/ --llm local --out qset/',
-                      'docbench queries build --corpus papers/ --llm openai:gpt-4o-mini --types text,table --per-paper 1 --bm25-k 3 --out qset/'],
+                      'docbench queries build --corpus papers/ --llm openai:gpt-4o-mini --types text,table --per-paper 1 --bm25-k 3 --out qset/',
+                      'docbench queries build --corpus papers/ --llm local --judge openai:gpt-4o --min-judge-accuracy 0.8 --out qset/'],
     'queries filter': ['docbench queries filter --corpus papers/ --queries q.jsonl --k 5 --out hard.jsonl'],
     'queries rephrase': ['docbench queries rephrase --queries q.jsonl --llm local --out q-rephrased.jsonl'],
     'queries check-fn': ['docbench queries check-fn --corpus papers/ --queries q.jsonl --llm local --out q-checked.jsonl'],
     'queries import-review': ['docbench queries import-review --queries qset/queries.jsonl --decisions decisions.csv --out final.jsonl'],
+    'queries calibrate': ['docbench queries calibrate --llm local --out calibration.md',
+                          'docbench queries calibrate --llm openai:gpt-4o-mini --stages verify --min-judge-accuracy 0.8'],
     'coverage': ['docbench coverage --corpus papers/ --queries perspectives.jsonl --method naive --k 10,20'],
     'spin': ['docbench spin train --pir pir.json --task arguana --out spin-model/'],
     'spin train': ['docbench spin train --pir pir.json --task arguana --out spin-model/'],
@@ -324,7 +330,7 @@ EXAMPLES = {
 # --out of each command: 'file' (refused when it exists, unless --force), 'result' (a file, `.json` added), or 'dir'
 OUTPUTS = {'evaluate': 'result', 'evaluate-dataset': 'result', 'compare': 'file', 'coverage': 'file', 'spin ablation': 'file',
            'pages map': 'file', 'queries filter': 'file', 'queries rephrase': 'file', 'queries check-fn': 'file',
-           'queries import-review': 'file', 'grid': 'dir', 'demo': 'dir', 'docs': 'dir', 'export': 'dir', 'queries build': 'dir',
+           'queries import-review': 'file', 'queries calibrate': 'file', 'grid': 'dir', 'demo': 'dir', 'docs': 'dir', 'export': 'dir', 'queries build': 'dir',
            'spin train': 'dir', 'train': 'dir', 'train ablation': 'dir', 'spin amer': 'dir', 'spin finetune': 'dir'}
 
 def _global_options(p, top: bool):

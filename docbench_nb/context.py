@@ -23,6 +23,7 @@ class RunContext:
     parse_memory_mb: int = PARSE_MEMORY_MB
     def __post_init__(self):
         if int(self.max_pixels) < 1: raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        object.__setattr__(self, 'max_pixels', int(self.max_pixels))
         if self.workers is not None and int(self.workers) < 1: raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.parse_time_limit is not None and self.parse_time_limit <= 0: raise ValueError(f"parse_time_limit must be > 0, got {self.parse_time_limit}")
         if self.cache_dir is not None: object.__setattr__(self, 'cache_dir', str(self.cache_dir))
@@ -33,7 +34,7 @@ class RunContext:
 
 # %% auto #0
 __all__ = ['DEFAULT_MAX_PIXELS', 'PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'SETTINGS', 'ENV', 'RunContext', 'run_context',
-           'context_from_env']
+           'context_from_env', 'context_from_args']
 
 # %% ../nbs/00_base/05_context.ipynb #a2f0e0a8
 SETTINGS = tuple(f.name for f in dataclasses.fields(RunContext))
@@ -58,3 +59,10 @@ def context_from_env(environ=None, **settings) -> RunContext:
             try: env[name] = conv(environ[var])
             except ValueError: raise ValueError(f"${var}={environ[var]!r} is not a valid {name}") from None
     return run_context(RunContext(**env), **settings)      # (a given context: no second look at the environment)
+
+# %% ../nbs/00_base/05_context.ipynb #ctx0a1b3
+def context_from_args(args, **settings) -> RunContext:
+    "The run context of a parsed command line (`--cache-dir`, `--workers`, `--device`, `-q`/`--quiet`), over the environment's; `settings` on top."
+    opt = lambda name: getattr(args, name, None)
+    return context_from_env(cache_dir=opt('cache_dir'), workers=opt('workers'), device=opt('device'),
+                            progress=None if opt('quiet') is None else not opt('quiet'), **settings)

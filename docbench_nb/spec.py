@@ -117,6 +117,13 @@ def check_spec(spec, info: KindInfo, what: str = 'spec') -> dict:
     return out
 
 # %% ../nbs/00_base/01_spec.ipynb #0b788694
+def _origin(f) -> str: return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+def _same_factory(a, b) -> bool:
+    "Whether `b` is `a` defined again: the same qualified name (a notebook's `__main__` copy of a module's function counts)."
+    ma, mb = getattr(a, '__module__', None), getattr(b, '__module__', None)
+    return getattr(a, '__qualname__', None) == getattr(b, '__qualname__', None) and (ma == mb or '__main__' in (ma, mb))
+
 class Registry:
     "Kinds of one family (`what`: 'retriever', 'describer', ...): `register(kind, ...)` decorates a factory; `build(spec, **ctx)` makes one."
     _tables = {}        # what -> {kind: (info, factory)}: one table per family, however many Registry objects name it
@@ -131,7 +138,11 @@ class Registry:
         if model not in ('none', 'optional', 'required'): raise ValueError(f"register: model must be 'none', 'optional' or 'required', got {model!r}")
         info = KindInfo(kind, model, dict(options or {}), inner, help, model_name)
         def deco(factory):
-            self._kinds[kind] = (info, factory)
+            old = self._kinds.get(kind)
+            if old is not None and not _same_factory(old[1], factory):
+                raise ValueError(f"{self.what} kind {kind!r} is already registered by {_origin(old[1])}; {_origin(factory)} "
+                                 "cannot take it over (register it under another kind name)")
+            self._kinds[kind] = (info, factory)      # the same factory again (a re-imported module, a re-run cell) replaces it
             return factory
         return deco
 
@@ -142,7 +153,11 @@ class Registry:
         for m in self.modules: importlib.import_module(m)
         if self.group:
             from importlib.metadata import entry_points
-            for ep in entry_points(group=self.group): ep.load()
+            for ep in entry_points(group=self.group):
+                try: ep.load()
+                except Exception as e:          # one broken plugin does not take the built-in kinds or the other plugins down
+                    import warnings
+                    warnings.warn(f"{self.what} plugin {ep.name!r} ({ep.value}) was not loaded: {type(e).__name__}: {e}")
 
 # %% ../nbs/00_base/01_spec.ipynb #bb39a396
 def _registry_kinds(self) -> dict:

@@ -171,6 +171,26 @@ def signatures_with(pkg: Path, param: str) -> int:
     return n
 
 
+def _only_handed_on(fn, name: str) -> bool:
+    "Whether parameter `name` of `fn` is used only as an argument of calls (handed on, never used by `fn` itself)."
+    parents = {c: n for n in ast.walk(fn) for c in ast.iter_child_nodes(n)}
+    uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
+    return bool(uses) and all(isinstance(parents.get(u), ast.keyword) or (isinstance(parents.get(u), ast.Call) and u in parents[u].args)
+                              for u in uses)
+
+
+def signatures_handing_on(pkg: Path, params=('cache_dir', 'progress', 'max_pixels', 'workers', 'device')) -> int:
+    """How many function signatures take one of the run settings `params` only to hand it on to another call — the
+    threading a run context replaces (a function that uses the setting itself is not counted)."""
+    n = 0
+    for p in modules(pkg).values():
+        for f in ast.walk(ast.parse(p.read_text(encoding='utf-8'))):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = {x.arg for x in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]}
+                n += any(_only_handed_on(f, x) for x in params if x in a)
+    return n
+
+
 def public_functions(pkg: Path, prefix: str) -> list:
     "Module-level public functions whose name starts with `prefix` ('module.name')."
     return sorted(f'{m}.{f.name}' for m, p in modules(pkg).items() for f in ast.parse(p.read_text(encoding='utf-8')).body

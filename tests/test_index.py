@@ -217,9 +217,12 @@ def test_dense_retriever_minilm_with_cache(tmp_path):
     assert run.provenance['q3']['nlp'] == 'nlp#1' and run.provenance['q1']['gw'] == 'gw#0'
     assert ret.index_bytes == len(TOY) * 384 * 4
     assert ret.cache.misses == len(TOY) + len(QS)
-    ret.cache.reset_counters()
+    ret.cache.reset_counters(); store, ret.store = ret.store, None      # without the saved index: the embedding cache serves
     ret.index(TOY, progress=False); run2 = ret.search(QS, k=3)
     assert (ret.cache.hits, ret.cache.misses) == (len(TOY) + len(QS), 0) and run2 == run
+    ret.cache.reset_counters(); ret.store = store                        # with it: the index loads, no unit is looked up
+    ret.index(TOY, progress=False)
+    assert ret.cache.hits == ret.cache.misses == 0 and store.loaded >= 1 and ret.search(QS, k=3) == run
     hyb = make_retriever('hybrid', cache_dir=tmp_path)
     assert isinstance(hyb, HybridRetriever) and hyb.name == 'hybrid' and hyb.window == 256
     hyb.index(TOY, progress=False)

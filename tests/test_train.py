@@ -71,3 +71,83 @@ def test_cli_train_then_evaluate_the_folder(tmp_path):
                  f"dense:{tmp_path / 'm'}", '--out', str(tmp_path / 'r.json')] + c) == 0
     res = json.loads((tmp_path / 'r.json').read_text())
     assert res['training']['n_overlap'] == 0 and res['training']['models'][0]['adapted_on_papers'] == 21
+
+
+def _rephrase_server(fail_level=None):
+    "A loopback chat server that rephrases by prefixing the level's word, and whose meaning check rejects `fail_level`."
+    from docbench_nb.testing import ScriptedChatServer
+    from docbench_nb.queries.llm_stages import rephrase_prompt
+    words = {1: 'Reworded', 2: 'Paraphrased', 3: 'Recast'}
+    tail = {l: rephrase_prompt(l).messages(query='\x00')[-1]['content'].split('\x00')[-1].strip()[:60] for l in words}
+    assert len(set(tail.values())) == 3
+    def answer(req):
+        body, user = json.dumps(req), req['messages'][-1]['content']
+        if 'same_meaning' in body:
+            return json.dumps({'same_meaning': not (fail_level and words[fail_level] in user), 'same_answer': True})
+        if 'rephrasing' in body:
+            level = next(l for l, t in tail.items() if t in user)
+            return json.dumps({'rephrasing': f"{words[level]} (level {level}): " + next(t for t in srv.queries if t in user)})
+        return json.dumps({})
+    srv = ScriptedChatServer(default=answer)
+    return srv
+
+
+def test_llm_rephrased_training_pairs_are_checked_recorded_and_resumed(demo, tmp_path):
+    "With `llm`, half the training queries are rephrased by the chat model at a random level; failed checks keep the original and say so."
+    from docbench_nb.llm import make_llm
+    from docbench_nb.queries.evidence import StageStore
+    papers, qs, _ = demo
+    train_q, _ = split_groups(qs, 0.5, seed=0)
+    plain = query_pairs(train_q, papers)
+    with _rephrase_server() as srv:
+        srv.queries = sorted({q.text for q in train_q if q.level == 0}, key=len, reverse=True)
+        llm = make_llm(f'openai:tiny@{srv.base_url}?backoff=0.01', cache_dir=tmp_path / 'llm')
+        pairs = query_pairs(train_q, papers, rephrase_frac=0.5, llm=llm, store=StageStore(tmp_path / 'st'))
+        n_calls, fp = srv.n_calls, llm.fingerprint
+        rew = [p for p in pairs if p.rephrased_by]
+        assert {p.rephrased_by for p in rew} == {fp}
+        assert len(pairs) == len(plain) and 0.25 <= len(rew) / len(pairs) <= 0.75
+        assert all(p.level in (1, 2, 3) and p.query.split(': ', 1)[1] == p.siblings[0] and p.query in p.siblings for p in rew)
+        assert all(p.query.startswith(('Reworded', 'Paraphrased', 'Recast')[p.level - 1]) for p in rew)
+        assert {p.level for p in rew} == {1, 2, 3} and [p.positive for p in pairs] == [p.positive for p in plain]
+        assert n_calls == 6 * len(rew)                         # three levels, each written and checked, only for the chosen half
+        again = query_pairs(train_q, papers, rephrase_frac=0.5, llm=llm, store=StageStore(tmp_path / 'st'))
+        assert srv.n_calls == n_calls and [p.query for p in again] == [p.query for p in pairs]     # resumed: no new call
+    with _rephrase_server(fail_level=2) as srv:               # level 2 never passes its check
+        srv.queries = sorted({q.text for q in train_q if q.level == 0}, key=len, reverse=True)
+        llm = make_llm(f'openai:tiny@{srv.base_url}?backoff=0.01', cache_dir=tmp_path / 'llm2')
+        bad = query_pairs(train_q, papers, rephrase_frac=0.5, llm=llm)
+    chose = [b for b, p in zip(bad, pairs) if p.rephrased_by]
+    assert all(b.rephrased_by is None and b.level == 0 and 'level' in b.note for b in chose if b.level == 0)
+    assert any(b.note for b in chose) and all(not b.note for b in bad if b not in chose)
+    assert all(b.rephrased_by and b.level == 1 for b in chose if not b.note)   # only level 1 can pass before level 2 fails
+    rec = train_dense(pairs, tmp_path / 'm', batch_size=16, max_length=32, progress=False)
+    assert rec['data']['rephrased_by'] == {fp: len(rew)} and rec['data']['notes'] == []
+    assert {text_digest(p.query) for p in rew} <= set(rec['data']['query_texts'])      # the guard knows the written texts
+
+
+def test_table_pairs_are_tables(demo):
+    "The table kind pairs a caption with its cells, and each sentence citing the table with caption and cells."
+    papers, _, _ = demo
+    pairs = llm_free_pairs(papers, per_paper=50, kinds=('table',))
+    by_id = {p.id: p for p in papers}
+    assert {p.source for p in pairs} == {'table', 'table-cite'}
+    for x in pairs:
+        p = by_id[x.doc_id]
+        cells = {' | '.join(' ; '.join(map(str, r)) for r in t.rows): t for t in p.tables if t.rows}
+        t = next(t for c, t in cells.items() if x.positive.endswith(c))
+        if x.source == 'table': assert x.query == ' '.join(t.caption.split())
+        else: assert x.query in ' '.join(p.text.split()) and x.positive.startswith(' '.join(t.caption.split()))
+
+
+def test_llm_mix_and_flag_refusals(tmp_path, capsys):
+    "The LLM-rephrased mix without a chat model, an unknown mix, and --llm without query pairs are refused before any work."
+    from docbench_nb.cli import main
+    from docbench_nb.training.finetune import ablation
+    with pytest.raises(ValueError, match="needs a chat model"):
+        ablation(demo_corpus_dir(), demo_queries_path(), tmp_path / 'a', mixes=['base', 'queries-llm-rephrased'])
+    with pytest.raises(ValueError, match=r"unknown mixes \['tabels'\]"):
+        ablation(demo_corpus_dir(), demo_queries_path(), tmp_path / 'a', mixes=['tabels'])
+    assert not (tmp_path / 'a').exists()
+    assert main(['train', '--corpus', str(demo_corpus_dir()), '--llm', 'local', '--out', str(tmp_path / 'm'), '-q']) == 2
+    assert 'add queries to --pairs' in capsys.readouterr().err and not (tmp_path / 'm').exists()

@@ -52,7 +52,7 @@ def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DE
     if not units: raise ValueError("evaluate_units: no units to index")
     if not queries: raise ValueError("evaluate_units: no queries")
     timings, t = {}, time.time()
-    ret = make_retriever(retriever, cache_dir=ctx.cache_dir, max_pixels=ctx.max_pixels, device=ctx.device)
+    ret = make_retriever(retriever, ctx=ctx)
     ret.index(list(units), progress=ctx.progress)
     timings['index_s'] = time.time() - t; t = time.time()
     warnings = list(warnings)
@@ -106,11 +106,11 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
         raise ValueError(f"unknown representation {representation!r}; expected one of {sorted(REPRESENTATIONS)}")
     if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
     if takes_describer(representation):
-        desc = make_describer(describer, cache_dir=ctx.cache_dir, max_pixels=kw.get('max_pixels'))
+        desc = make_describer(describer, ctx=ctx)
         kw = {**kw, 'describer': desc}
     elif describer is not None:
         warns.append(f"describer {getattr(describer, 'name', describer)!r} ignored: representation {representation!r} has no figure descriptions")
-    ret = make_retriever(retriever, cache_dir=ctx.cache_dir, max_pixels=ctx.max_pixels, device=ctx.device)
+    ret = make_retriever(retriever, ctx=ctx)
     read, srcs, errors = _query_reader(queries, levels), None, []
     if papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
     warns += corpus_notes(papers, errors)
@@ -119,7 +119,7 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     qs = read({p.id for p in papers})
     training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
     if task == 'page':
-        maps = maps if maps is not None else page_maps(papers, cache_dir=ctx.cache_dir, timeout=map_timeout, progress=ctx.progress)
+        maps = maps if maps is not None else page_maps(papers, map_timeout, ctx=ctx)
         qs, qrep = page_queries(qs, maps)
         if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
     if chunk_size is None: chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')

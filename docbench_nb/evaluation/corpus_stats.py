@@ -12,6 +12,7 @@ import pandas as pd
 from ..records import Paper
 from ..pages.render import render_paper, pdf_page_count
 from ..latex.corpus import load_papers
+from ..context import RunContext, run_context
 from ..retrieval.chunking import default_tokenizer
 
 # %% auto #0
@@ -110,11 +111,12 @@ def summarize_corpus(df: pd.DataFrame) -> dict:
             'pages_histogram': page_histogram(df).to_dict(), 'tokens_histogram': token_histogram(df).to_dict(),
             'papers_without_figures': int((df['figures'] == 0).sum())}
 
-def corpus_stats_summary(corpus, cache_dir=None, pages: str = 'estimate', progress: bool = False) -> dict:
-    "Parse `corpus` (folder or list of sources, cached) and summarise it; parse errors are counted and listed."
-    papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
+def corpus_stats_summary(corpus, pages: str = 'estimate', *, ctx: Optional[RunContext] = None, **settings) -> dict:
+    "Parse `corpus` (folder or list of sources, cached under the run's cache root) and summarise it; parse errors are counted and listed."
+    ctx = run_context(ctx, **settings)
+    papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     if not papers: raise ValueError(f"{corpus}: no paper could be parsed ({len(errors)} errors)")
-    out = summarize_corpus(corpus_stats(papers, pages=pages, progress=progress))
+    out = summarize_corpus(corpus_stats(papers, pages=pages, progress=ctx.progress))
     out.update(corpus=str(corpus), parse_errors=[e.to_dict() for e in errors])
     return out
 

@@ -13,8 +13,9 @@ from .formats import (load_queries, write_beir, read_beir, gold_from_qrels, Data
                                   checked_file, relevance)
 from ..pages.render import render_paper
 from ..latex.corpus import load_papers
+from ..context import RunContext, run_context, context_from_args
 from .page_task import page_doc_id, page_maps, page_qrels, page_queries
-from ..context import DEFAULT_MAX_PIXELS
+from ..context import DEFAULT_MAX_PIXELS  # the CLI's default page budget
 
 # %% auto #0
 __all__ = ['IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'write_config', 'dataset_card', 'page_records', 'export_beir',
@@ -55,14 +56,15 @@ def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benc
     return '\n'.join(y + ['---', '', f'# {title}', '', about, ''])
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #74c246a1
-def page_records(papers, maps: dict, cache_dir=None, max_pixels: int = DEFAULT_MAX_PIXELS, timeout: float = 120,
-                 with_images: bool = True) -> list:
-    "One dict per page of `papers`: `corpus-id`, `doc-id`, `page`, `image` (a PNG path or None), `text`, `render_path`, `method`."
-    out = []
+def page_records(papers, maps: dict, timeout: float = 120, with_images: bool = True, *, ctx: Optional[RunContext] = None,
+                 **settings) -> list:
+    """One dict per page of `papers`: `corpus-id`, `doc-id`, `page`, `image` (a PNG path or None, rendered at the run's
+    pixel budget into its cache), `text`, `render_path`, `method`."""
+    ctx, out = run_context(ctx, **settings), []
     for p in papers:
         pm = maps.get(p.id)
         text = {} if pm is None or getattr(pm, 'error', None) else dict(pm.page_text)
-        r = render_paper(p, max_pixels=max_pixels, cache_dir=cache_dir, timeout=timeout) if with_images else None
+        r = render_paper(p, max_pixels=ctx.max_pixels, cache_dir=ctx.cache_dir, timeout=timeout) if with_images else None
         imgs = list(r.pages) if r is not None else []
         n_pages = max([len(imgs), getattr(pm, 'n_pages', 0) if pm is not None else 0] + list(text))
         for n in range(1, n_pages + 1):
@@ -132,20 +134,20 @@ def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dic
             'n_queries': len(queries), 'n_page_qrels': len(qr), 'n_paper_qrels': len(pr)}
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #f133e99f
-def export_benchmark(corpus, queries, out, cache_dir=None, max_pixels: int = DEFAULT_MAX_PIXELS, levels=(0, 1, 2, 3), papers=None,
-                     maps: Optional[dict] = None, timeout: float = 120, with_images: bool = True, progress: bool = False,
-                     force: bool = False) -> dict:
-    """Export `corpus` (folder/sources, or parsed `papers`) with the query file `queries` into `out` (see above).
-    Queries whose evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
-    errors = []
+def export_benchmark(corpus, queries, out, levels=(0, 1, 2, 3), papers=None, maps: Optional[dict] = None, timeout: float = 120,
+                     with_images: bool = True, force: bool = False, *, ctx: Optional[RunContext] = None, **settings) -> dict:
+    """Export `corpus` (folder/sources, or parsed `papers`) with the query file `queries` into `out` (see above), under the
+    run context `ctx` (or its fields: `cache_dir=`, `max_pixels=` for the page images, `progress=`). Queries whose
+    evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
+    errors, ctx = [], run_context(ctx, **settings)
     _check_out(out, force)                           # before any parsing or rendering
-    if papers is None: papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
+    if papers is None: papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     if not papers: raise ValueError(f"export: no paper of {corpus!r} could be parsed")
     qs = (load_queries(queries, known_doc_ids={p.id for p in papers}, levels=levels) if isinstance(queries, (str, Path))
           else [q for q in queries if q.level in set(levels)])
-    maps = maps if maps is not None else page_maps(papers, cache_dir=cache_dir, timeout=timeout, progress=progress)
+    maps = maps if maps is not None else page_maps(papers, timeout, ctx=ctx)
     pq = page_qrels(qs, maps)
-    pages = page_records(papers, maps, cache_dir=cache_dir, max_pixels=max_pixels, timeout=timeout, with_images=with_images)
+    pages = page_records(papers, maps, timeout, with_images, ctx=ctx)
     known = {r['corpus-id'] for r in pages}
     cut = {q: {d: s for d, s in r.items() if d in known} for q, r in pq['qrels'].items()}
     lost = sorted(q for q, r in cut.items() if not r)
@@ -384,8 +386,8 @@ def cmd_export(args) -> int:
     for p in (args.src, args.queries):
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
     _check_out(args.out, args.force)
-    s = export_benchmark(args.src, args.queries, args.out, cache_dir=args.cache_dir, max_pixels=args.max_pixels,
-                         with_images=not args.no_images, progress=not args.quiet, force=args.force)
+    s = export_benchmark(args.src, args.queries, args.out, with_images=not args.no_images, force=args.force,
+                         ctx=context_from_args(args, max_pixels=args.max_pixels))
     print(json.dumps({k: v for k, v in s.items() if k != 'unplaced'}))
     if s['n_unplaced']: print(f"{s['n_unplaced']} queries have no page-level qrels (paper level only): "
                               + ', '.join(sorted(s['unplaced'])[:10]), file=sys.stderr)
@@ -397,8 +399,7 @@ def cmd_evaluate_dataset(args) -> int:
     from docbench_nb.evaluation.core import format_result
     units, qs, info = import_beir(args.dataset, cache_dir=args.cache_dir, level=args.level, content=args.content, limits=args.read_limit)
     if info.get('n_no_positive'): print(f"{info['n_no_positive']} queries judged only non-relevant (score 0) were skipped", file=sys.stderr)
-    res = evaluate_units(units, qs, args.retriever, k=args.k, cache_dir=args.cache_dir, max_pixels=args.max_pixels,
-                         progress=not args.quiet, config={'task': args.level, 'corpus': str(args.dataset), 'representation': 'imported', 'chunk_size': None,
+    res = evaluate_units(units, qs, args.retriever, k=args.k, ctx=context_from_args(args, max_pixels=args.max_pixels), config={'task': args.level, 'corpus': str(args.dataset), 'representation': 'imported', 'chunk_size': None,
                                  'read_limits': info['limits'], 'n_no_positive': info.get('n_no_positive', 0)})
     print(format_result(res))
     if args.out: res.save(args.out); print(f'wrote {args.out}')

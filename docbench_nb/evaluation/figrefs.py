@@ -12,6 +12,7 @@ from ..records import Paper, Query, Unit, Run
 from ..retrieval.chunking import default_tokenizer
 from ..retrieval.represent import represent
 from ..retrieval.registry import make_retriever
+from ..context import RunContext, run_context
 from .metrics import trec_ranking
 
 # %% auto #0
@@ -171,17 +172,17 @@ def _query_cases(q, S_row, ranking, by_id, units, rows_of, depth, incorrect_figu
 # %% ../../nbs/04_evaluation/13_figrefs.ipynb #5106efab
 def figure_reference_cases(papers: Sequence[Paper], queries: Sequence[Query], retriever='bm25', chunk_size: int = 512,
                            tokenizer=None, window: int = 2, min_shared: int = 2, min_frac: float = 0.25,
-                           incorrect_figure: str = 'query', levels=(0,), depth: int = 50, cache_dir=None,
-                           progress: bool = False) -> pd.DataFrame:
+                           incorrect_figure: str = 'query', levels=(0,), depth: int = 50, *, ctx: Optional[RunContext] = None,
+                           **settings) -> pd.DataFrame:
     "One row per figure query and side ('correct' / 'incorrect'): top chunk, its distance to the figure, references, shared caption words."
     if incorrect_figure not in ('query', 'nearest'): raise ValueError(f"incorrect_figure must be 'query' or 'nearest', got {incorrect_figure!r}")
-    papers, queries = list(papers), list(queries)
+    papers, queries, ctx = list(papers), list(queries), run_context(ctx, **settings)
     by_id = {p.id: p for p in papers}
     figq = _figure_queries(by_id, queries, levels)
-    ret = make_retriever(retriever, cache_dir=cache_dir) if isinstance(retriever, str) else retriever
+    ret = make_retriever(retriever, ctx=ctx) if isinstance(retriever, str) else retriever
     tok = tokenizer or ret.tokenizer or default_tokenizer()
-    units = represent(papers, 'text', tok, chunk_size, progress=progress).units
-    ret.index(units, progress=progress)
+    units = represent(papers, 'text', tok, chunk_size, progress=ctx.progress).units
+    ret.index(units, progress=ctx.progress)
     run = ret.search(figq, k=min(depth, len(papers)))
     S = unit_scores(ret, figq, units)
     rows_of = {}

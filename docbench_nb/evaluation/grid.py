@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 from ..cache import atomic_write, atomic_write_json, content_key, file_sha256
+from ..context import RunContext, run_context, DEFAULT_MAX_PIXELS
 from ..latex.sources import iter_sources
 from ..retrieval.registry import check_retriever_spec
 from ..spec import parse_spec
@@ -142,26 +143,30 @@ def _reusable(path: Path, key: str) -> Optional[Result]:
     except (ValueError, OSError): return None
     return res if res.extra.get('grid_key') == key else None
 
-def _run_row(row, corpus, queries, papers, cache_dir, settings, progress, maps=None) -> Result:
+def _run_row(row, corpus, queries, papers, ctx, settings, maps=None) -> Result:
     kw = dict(settings)
     task = kw.pop('task', 'paper')
     if row.max_pixels: kw['max_pixels'] = row.max_pixels
     if task == 'page': kw['maps'] = maps
     res = Result.from_dict(evaluate(corpus, queries, row.representation, row.retriever, chunk_size=row.chunk_size, papers=papers,
-                                    cache_dir=cache_dir, progress=progress, task=task, **kw))
+                                    ctx=ctx, task=task, **kw))
     res.config['task'] = task
     res.config['max_pixels'] = row.max_pixels
     return res
 
 # %% ../../nbs/04_evaluation/07_grid.ipynb #8e6b2b2b
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
-         baseline: Optional[str] = None, cache_dir=None, k: int = 10, describer=None, rows=None, redo: bool = False,
-         progress: bool = True, log=print, task: str = 'paper') -> dict:
+         baseline: Optional[str] = None, k: int = 10, describer=None, rows=None, redo: bool = False, log=print,
+         task: str = 'paper', *, ctx: Optional[RunContext] = None, **settings) -> dict:
     """Run the grid into folder `out` (see the notebook's introduction): the product of `representations` ×
     `retrievers` × `chunk_sizes` × `max_pixels`, then any explicit `rows` ('REP|SPEC|CHUNK[|MAX_PIXELS]' labels, for
     tables that are not a full product). Returns the table dict also written to `out/table.json` (`rows`,
-    `baseline`, `computed`, `reused`, `failed`, `seconds`, `task`). `task='page'`: the page-retrieval task."""
-    t0 = time.time()
+    `baseline`, `computed`, `reused`, `failed`, `seconds`, `task`). `task='page'`: the page-retrieval task. Every row
+    runs under one run context, `ctx` (or `RunContext` fields as keywords: `cache_dir=`, `progress=`, ...); `max_pixels`
+    here is a grid axis, each row's pixel budget."""
+    t0, ctx = time.time(), run_context(ctx, **settings)
+    if ctx.max_pixels != DEFAULT_MAX_PIXELS:         # it would run rows at a budget their keys and configs do not record
+        raise ValueError(f"grid: give the pixel budget as the max_pixels axis (max_pixels={ctx.max_pixels}), not through the run context")
     check_task(task)
     if not (representations and retrievers) and not rows: raise ValueError("grid: give representations and retrievers, or rows")
     rows_ = grid_rows(representations, retrievers, chunk_sizes, max_pixels) if representations or retrievers else []
@@ -175,23 +180,24 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         if not Path(p).exists(): raise FileNotFoundError(f"grid: no such file or folder: {p}")
     load_queries(queries)                                   # a malformed query file fails here, before any parsing
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    settings = {'k': k, 'describer': describer, **({'task': task} if task != 'paper' else {})}   # paper keys stay as they were
+    row_settings = {'k': k, 'describer': describer, **({'task': task} if task != 'paper' else {})}   # paper keys stay as they were
     cfp, qsha = corpus_fingerprint(corpus), file_sha256(queries)
     results, status, papers, maps = [], [], None, None
     stems = [f"page__{s}" if task == 'page' else s for s in row_stems(rows)]
     for i, (row, stem) in enumerate(zip(rows, stems)):
-        f, key = out / f"{stem}.json", row_key(row, cfp, qsha, settings)
+        f, key = out / f"{stem}.json", row_key(row, cfp, qsha, row_settings)
         res = None if redo else _reusable(f, key)
         if res is not None:
             results.append(res); status.append('reused'); log(f"[{i + 1}/{len(rows)}] {row.label}: reused {f.name}"); continue
         if papers is None:
-            papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress)
+            papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers,
+                                         time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
             log(f"{len(papers)} papers parsed, {len(errors)} errors")
         if task == 'page' and maps is None:
-            maps = page_maps(papers, cache_dir=cache_dir, progress=progress)
+            maps = page_maps(papers, ctx=ctx)
             log(f"page maps: {sum(not getattr(m, 'error', None) for m in maps.values())} of {len(maps)} papers mapped")
         t = time.time()
-        try: res = _run_row(row, corpus, queries, papers, cache_dir, settings, progress, maps)
+        try: res = _run_row(row, corpus, queries, papers, ctx, row_settings, maps)
         except Exception as e:                              # one bad row never stops the others
             results.append(None); status.append(f"failed: {type(e).__name__}: {e}")
             log(f"[{i + 1}/{len(rows)}] {row.label}: FAILED {type(e).__name__}: {e}")

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/04_evaluation/05_page_task.ipynb #08560cd2
 from __future__ import annotations
-from typing import Sequence
+from typing import Optional, Sequence
+from ..context import RunContext, run_context
 from ..records import Query, Unit
 from ..pages.pagemap import map_paper, query_pages
 
@@ -31,10 +32,11 @@ def check_task(task: str) -> str:
     return task
 
 # %% ../../nbs/04_evaluation/05_page_task.ipynb #2df07261
-def page_maps(papers, cache_dir=None, timeout: float = 120, progress: bool = False) -> dict:
-    "`{paper id: PageMap}` for `papers` (each cached by `pagemap.map_paper`)."
+def page_maps(papers, timeout: float = 120, *, ctx: Optional[RunContext] = None, **settings) -> dict:
+    "`{paper id: PageMap}` for `papers` (each cached by `pagemap.map_paper` under the run's cache root; `ctx` or its fields)."
     from tqdm.auto import tqdm
-    return {p.id: map_paper(p, cache_dir=cache_dir, timeout=timeout) for p in tqdm(papers, desc='page map', disable=not progress)}
+    ctx = run_context(ctx, **settings)
+    return {p.id: map_paper(p, cache_dir=ctx.cache_dir, timeout=timeout) for p in tqdm(papers, desc='page map', disable=not ctx.progress)}
 
 def page_qrels(queries: Sequence[Query], maps: dict) -> dict:
     """Page-level qrels of `queries`: `{'qrels': {qid: {page doc id: 1}}, 'placed': {qid: {'pages', 'method',

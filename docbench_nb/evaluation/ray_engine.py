@@ -18,6 +18,7 @@ from ..retrieval.encoders import EmbeddingCache, model_fingerprint, text_key
 from .core import evaluate
 from ..latex.corpus import source_key, corpus_sources, PARSE_TIME_LIMIT, parse_one, store_record, cached_record, printable
 from ..workers import map_bounded, WorkFailure
+from ..context import RunContext, run_context, SETTINGS
 
 # %% auto #0
 __all__ = ['ray_available', 'start_ray', 'ray_parse', 'text_encoder_of', 'ray_embed', 'evaluate_ray']
@@ -57,9 +58,9 @@ def start_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> 
     return True
 
 # %% ../../nbs/04_evaluation/08_ray_engine.ipynb #ray00005
-def _parse_row(row: dict, cache_dir=None, time_limit=PARSE_TIME_LIMIT) -> dict:
-    "Ray task: parse one source within `time_limit` s (the task's own process); the record as JSON."
-    out = map_bounded(parse_one, [(row['src'], cache_dir)], workers=1, time_limit=time_limit, memory_mb=None, progress=False)[0]
+def _parse_row(row: dict, ctx: RunContext) -> dict:
+    "Ray task: parse one source within the run's per-paper time limit (the task's own process); the record as JSON."
+    out = map_bounded(parse_one, [(row['src'], ctx.cache_dir)], workers=1, time_limit=ctx.parse_time_limit, memory_mb=None, progress=False)[0]
     failed = isinstance(out, WorkFailure)
     return {**row, 'failure': out.kind if failed else '', 'reason': out.reason if failed else '',
             'paper': isinstance(out, Paper), 'record': '' if failed else out.to_json()}
@@ -71,15 +72,16 @@ def _record_of(row: dict):
     return PaperError(printable(latex.paper_id_from_path(row['src'])), f'parse {failure.reason}', printable(row['src'])), failure
 
 # %% ../../nbs/04_evaluation/08_ray_engine.ipynb #ray00011
-def ray_parse(srcs, cache_dir=None, time_limit=PARSE_TIME_LIMIT, log=print) -> dict:
+def ray_parse(srcs, log=print, *, ctx: Optional[RunContext] = None, **settings) -> dict:
     "Parse the sources missing from the `papers` cache in Ray tasks; the driver writes their records. Returns counts."
     import ray
-    root = stage_dir('papers', cache_dir)
+    ctx = run_context(ctx, **settings)
+    root, time_limit = stage_dir('papers', ctx.cache_dir), ctx.parse_time_limit
     todo = [{'src': str(s), 'key': source_key(s)} for s in srcs]
     todo = [r for r in todo if cached_record(read_json_entry(root / f"{r['key']}.json"), time_limit, None) is None]
     if todo:
         ds = ray.data.from_items(todo, override_num_blocks=min(len(todo), 200)).map(
-            _parse_row, fn_kwargs={'cache_dir': cache_dir, 'time_limit': time_limit})
+            _parse_row, fn_kwargs={'ctx': ctx})
         for row in ds.iter_rows():
             rec, failure = _record_of(row)
             store_record(root / f"{row['key']}.json", rec, failure, time_limit, None, origin=row['src'])
@@ -88,50 +90,51 @@ def ray_parse(srcs, cache_dir=None, time_limit=PARSE_TIME_LIMIT, log=print) -> d
 
 # %% ../../nbs/04_evaluation/08_ray_engine.ipynb #ray00006
 @lru_cache(maxsize=4)
-def _retriever(spec: str, cache_dir, max_pixels):
-    return make_retriever(spec, cache_dir=cache_dir, max_pixels=max_pixels)
+def _retriever(spec: str, ctx: RunContext):
+    return make_retriever(spec, ctx=ctx)
 
 def text_encoder_of(retriever):
     "The text encoder whose vectors the retriever caches (`dense`, or the dense part of `hybrid`), or None."
     parts = getattr(retriever, 'retrievers', None) or [retriever]
     return next((r.encoder for r in parts if type(r).__name__ == 'DenseRetriever'), None)
 
-def _unit_rows(row: dict, representation, spec, chunk_size, cache_dir, max_pixels, represent_kw) -> list:
+def _unit_rows(row: dict, representation, spec, chunk_size, ctx, represent_kw) -> list:
     "Ray task: the unit texts of one paper under `representation`."
-    tok = _retriever(spec, cache_dir, max_pixels).tokenizer
+    tok = _retriever(spec, ctx).tokenizer
     rep = represent([Paper.from_json(row['paper'])], representation, tokenizer=tok, chunk_size=chunk_size,
-                    progress=False, cache_dir=cache_dir, **represent_kw)
+                    progress=False, cache_dir=ctx.cache_dir, **represent_kw)
     return [{'text': u.text} for u in rep.units if u.text.strip()]
 
 # %% ../../nbs/04_evaluation/08_ray_engine.ipynb #ray00007
 class _Embedder:
     "Ray actor: holds the encoder; a batch of unit texts in, `(key, vec)` out."
-    def __init__(self, spec, cache_dir, max_pixels, threads=1):
+    def __init__(self, spec, ctx, threads=1):
         import torch; torch.set_num_threads(threads)
-        self.enc = text_encoder_of(_retriever(spec, cache_dir, max_pixels))
+        self.enc = text_encoder_of(_retriever(spec, ctx))
     def __call__(self, batch: dict) -> dict:
         texts = [str(t) for t in batch['text']]
         vecs = np.asarray(self.enc.encode_units(texts), dtype=np.float32)
         return {'key': np.asarray([text_key('unit', t) for t in texts]), 'vec': vecs}
 
 # %% ../../nbs/04_evaluation/08_ray_engine.ipynb #ray00008
-def ray_embed(papers, representation, spec, chunk_size, cache_dir=None, max_pixels=None, actors: int = 1,
-              batch_size: int = 256, log=print, **represent_kw) -> dict:
-    "Represent `papers` in Ray tasks and embed the unit texts the cache lacks in `actors` actors; write the shards."
+def ray_embed(papers, representation, spec, chunk_size, actors: int = 1, batch_size: int = 256, log=print, *,
+              ctx: Optional[RunContext] = None, represent_kw: Optional[dict] = None) -> dict:
+    """Represent `papers` in Ray tasks and embed the unit texts the cache lacks in `actors` actors; write the shards. Every
+    task and actor gets the one run context `ctx`; `represent_kw` are the representation's options."""
     import ray
-    enc = text_encoder_of(_retriever(spec, cache_dir, max_pixels))
+    ctx, represent_kw = run_context(ctx), dict(represent_kw or {})
+    enc = text_encoder_of(_retriever(spec, ctx))
     if enc is None:
         log(f"ray embed: {spec!r} has no text encoder to run in actors; it embeds locally"); return {'embedded': 0, 'missing_after': 0}
     items = [{'paper': p.to_json()} for p in papers]
     units = ray.data.from_items(items, override_num_blocks=min(len(items), 200)).flat_map(
-        _unit_rows, fn_kwargs=dict(representation=representation, spec=spec, chunk_size=chunk_size, cache_dir=cache_dir,
-                                   max_pixels=max_pixels, represent_kw=represent_kw))
-    cache, fp = EmbeddingCache(stage_dir('embeddings', cache_dir)), model_fingerprint(enc)
+        _unit_rows, fn_kwargs=dict(representation=representation, spec=spec, chunk_size=chunk_size, ctx=ctx, represent_kw=represent_kw))
+    cache, fp = EmbeddingCache(stage_dir('embeddings', ctx.cache_dir)), model_fingerprint(enc)
     texts = {text_key('unit', r['text']): r['text'] for r in units.iter_rows()}
     missing = sorted(set(texts) - set(cache.lookup(fp, list(texts))))
     if missing:
         todo = ray.data.from_items([{'text': texts[k]} for k in missing], override_num_blocks=max(actors * 4, len(missing) // batch_size))
-        out = todo.map_batches(_Embedder, fn_constructor_kwargs=dict(spec=spec, cache_dir=cache_dir, max_pixels=max_pixels),
+        out = todo.map_batches(_Embedder, fn_constructor_kwargs=dict(spec=spec, ctx=ctx),
                                batch_size=batch_size, concurrency=actors, num_cpus=1, batch_format='numpy')
         meta = dict(name=getattr(enc, 'name', ''), dim=int(enc.dim), fingerprint=fp)
         for b in out.iter_batches(batch_size=None, batch_format='numpy'):
@@ -145,27 +148,30 @@ def _paper_entries(cache_dir=None) -> int:
     root = stage_dir('papers', cache_dir)
     return sum(1 for _ in root.glob('*.json')) if root.is_dir() else 0
 
-def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk_size=None, cache_dir=None,
-                 address=None, num_cpus=None, actors: int = 1, batch_size: int = 256, progress=True, log=print, **kw):
-    "`evaluation.core.evaluate` with parsing and text embedding run on Ray; the result records `config['engine']`."
+def evaluate_ray(corpus, queries, representation='text', retriever='bm25', chunk_size=None, address=None, num_cpus=None,
+                 actors: int = 1, batch_size: int = 256, log=print, *, ctx: Optional[RunContext] = None, **kw):
+    """`evaluation.core.evaluate` with parsing and text embedding run on Ray; the result records `config['engine']`. `ctx`
+    (or `RunContext` fields among `kw`) is the one run context of the Ray stages and the local pass."""
     from docbench_nb.latex.corpus import load_papers
+    ctx = run_context(ctx, **{s: kw.pop(s) for s in SETTINGS if s in kw and s != 'max_pixels'}, max_pixels=kw.get('max_pixels'))
     t0, started = time.time(), start_ray(address, num_cpus)
     try:
         srcs = corpus_sources(corpus)
-        stats = {'parse': ray_parse(srcs, cache_dir, log=log)}
-        parsed_before = _paper_entries(cache_dir)
-        papers, errors = load_papers(srcs, cache_dir=cache_dir, progress=False)
-        if chunk_size is None: chunk_size = default_chunk_size(_retriever(retriever, cache_dir, kw.get('max_pixels')))
+        stats = {'parse': ray_parse(srcs, log=log, ctx=ctx)}
+        parsed_before = _paper_entries(ctx.cache_dir)
+        papers, errors = load_papers(srcs, cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers, time_limit=ctx.parse_time_limit,
+                                     memory_mb=ctx.parse_memory_mb)       # the limits Ray's records were stored under
+        if chunk_size is None: chunk_size = default_chunk_size(_retriever(retriever, ctx))
         rkw = {k: v for k, v in kw.items() if k in ('max_pixels',)}
-        stats['embed'] = ray_embed(papers, representation, retriever, chunk_size, cache_dir, kw.get('max_pixels'), actors,
-                                   batch_size=batch_size, log=log, **rkw)
+        stats['embed'] = ray_embed(papers, representation, retriever, chunk_size, actors, batch_size=batch_size, log=log, ctx=ctx,
+                                   represent_kw=rkw)
         stats['ray_s'] = round(time.time() - t0, 1)
     finally:
         if started:
             import ray; ray.shutdown()
     missing = stats['embed'].get('missing_after')                           # unit vectors still absent after the actors ran
-    res = evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, cache_dir=cache_dir, progress=progress, **kw)
+    res = evaluate(corpus, queries, representation, retriever, chunk_size=chunk_size, ctx=ctx, **kw)
     stats['driver_embedded'] = missing or 0      # unit vectors the cache lacked when the local pass began: it embedded them
-    stats['driver_parsed'] = _paper_entries(cache_dir) - parsed_before      # ... and to parse itself
+    stats['driver_parsed'] = _paper_entries(ctx.cache_dir) - parsed_before      # ... and to parse itself
     res.config['engine'] = {'name': 'ray', 'address': address, 'actors': actors, **stats}
     return res

@@ -4,12 +4,13 @@
 
 # %% ../../nbs/04_evaluation/10_reproduce.ipynb #0493f338
 from __future__ import annotations
-import argparse, json, sys
+import argparse, dataclasses, json, sys
 from pathlib import Path
 from .provenance import corpus_digest, queries_digest, diff_corpus, models_of, docbench_version, library_versions
 from .result import Result
 from .core import evaluate
 from ..latex.corpus import load_papers
+from ..context import RunContext, run_context, context_from_args, DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['compare_per_query', 'reproduce', 'format_reproduction', 'add_reproduce_parser', 'cmd_reproduce']
@@ -43,9 +44,10 @@ def compare_per_query(old: list, new: list) -> dict:
             'missing': sorted(set(a) - set(b)), 'new': sorted(set(b) - set(a)), 'max_abs_diff': worst}
 
 # %% ../../nbs/04_evaluation/10_reproduce.ipynb #9b5600d4
-def reproduce(result, corpus=None, queries=None, cache_dir=None, progress=True, workers=None) -> dict:
+def reproduce(result, corpus=None, queries=None, *, ctx: Optional[RunContext] = None, **settings) -> dict:
     """Rerun `result` (a `Result` or a saved result's path) from its recorded inputs (or `corpus`/`queries` given here) and
-    report `identical` (every per-query value equal), the per-query comparison, and which inputs changed."""
+    report `identical` (every per-query value equal), the per-query comparison, and which inputs changed. `ctx` (or its
+    fields: `cache_dir=`, `workers=`, `progress=`) says how to run; it cannot change a number."""
     from docbench_nb.evaluation.result import load_result
     res = result if isinstance(result, Result) else load_result(result, with_run=False)
     prov = res.extra.get('provenance')
@@ -55,10 +57,11 @@ def reproduce(result, corpus=None, queries=None, cache_dir=None, progress=True, 
     queries = queries if queries is not None else c.get('queries')
     for what, p in (('corpus', corpus), ('queries', queries)):
         if isinstance(p, str) and not Path(p).exists(): raise FileNotFoundError(f"the recorded {what} {p} does not exist (pass --{what})")
-    papers, errors = load_papers(corpus, cache_dir=cache_dir, progress=progress, workers=workers)
+    ctx = dataclasses.replace(run_context(ctx, **settings), max_pixels=DEFAULT_MAX_PIXELS)   # the recorded budget (a rerun key) wins
+    papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     changed = {'corpus': diff_corpus(prov['corpus'], corpus_digest(papers)),
                'queries': queries_digest(queries)['sha256'] != prov['queries']['sha256']}
-    new = evaluate(corpus, queries, papers=papers, cache_dir=cache_dir, progress=progress, **_rerun_kwargs(c, prov, res.extra.get('training')))
+    new = evaluate(corpus, queries, papers=papers, ctx=ctx, **_rerun_kwargs(c, prov, res.extra.get('training')))
     now = new.extra['provenance']
     old_m, new_m = ({f"{i}:{m['role']}:{m['name']}": m['fingerprint'] for i, m in enumerate(p['models'])} for p in (prov, now))
     changed['models'] = sorted(r for r in set(old_m) | set(new_m) if old_m.get(r) != new_m.get(r))
@@ -102,8 +105,7 @@ def add_reproduce_parser(sub):
     r.set_defaults(fn=cmd_reproduce)
 
 def cmd_reproduce(args) -> int:
-    rep = reproduce(args.result, corpus=args.corpus, queries=args.queries, cache_dir=getattr(args, 'cache_dir', None),
-                    progress=not getattr(args, 'quiet', False), workers=args.workers)
+    rep = reproduce(args.result, corpus=args.corpus, queries=args.queries, ctx=context_from_args(args))
     rep.pop('result')
     print(json.dumps(rep) if args.json else format_reproduction(rep))
     return 0 if rep['identical'] else 1

@@ -18,7 +18,7 @@ from ..retrieval.ocr import ocr_image, OCRError
 from .metrics import score_run
 from ..retrieval.registry import make_retriever, check_retriever_spec
 from ..retrieval.image_encoders import IMAGE_RETRIEVER_KINDS
-from ..context import DEFAULT_MAX_PIXELS
+from ..context import DEFAULT_MAX_PIXELS, RunContext, run_context
 
 # %% auto #0
 __all__ = ['DEFAULT_ROUTES', 'prose_mask', 'prose_fraction', 'context_windows', 'window_text', 'parse_route',
@@ -180,8 +180,9 @@ def _upscaled(png: str, scale: float, cache_dir) -> str:
     return str(out)
 
 # %% ../../nbs/04_evaluation/12_scaling.ipynb #c917817f
-def _render_windows(items, lengths, max_pixels, cache_dir, ocr_engine, ocr_scales, progress, timeout):
+def _render_windows(items, lengths, ctx, ocr_engine, ocr_scales, timeout):
     "{(paper_id, L): {'png', 'font_pt', 'fits', 'ocr': {scale: text}, 'error'}} for every window (render and OCR are cached)."
+    max_pixels, cache_dir, progress = ctx.max_pixels, ctx.cache_dir, ctx.progress
     from tqdm.auto import tqdm
     out = {}
     todo = [(p, w, L) for p, w in items for L in lengths]
@@ -257,14 +258,14 @@ def _route_rows(pl, ret, lengths, items, pages, queries, tok, chunk_size, k) -> 
 
 # %% ../../nbs/04_evaluation/12_scaling.ipynb #0751a48a
 def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1000, 4000, 8000),
-                       routes: Sequence[str] = DEFAULT_ROUTES, max_pixels: int = DEFAULT_MAX_PIXELS, ocr_engine: str = 'tesseract',
-                       cache_dir=None, progress: bool = True, query_tokens: int = 100, chunk_size: int = 256, seed: int = 0,
-                       short: str = 'skip', min_prose: float = 0.7, tokenizer=None, k: int = 10,
-                       timeout: float = 120) -> pd.DataFrame:
+                       routes: Sequence[str] = DEFAULT_ROUTES, ocr_engine: str = 'tesseract', query_tokens: int = 100,
+                       chunk_size: int = 256, seed: int = 0, short: str = 'skip', min_prose: float = 0.7, tokenizer=None,
+                       k: int = 10, timeout: float = 120, *, ctx: Optional[RunContext] = None, **settings) -> pd.DataFrame:
     """nDCG@10 / Recall@1 / Recall@10 / MRR@10 per (route, length) of the context-length scaling study: one document
     per paper (its window of that length), one verbatim query per paper (its fixed span). `df.attrs` holds the
-    windows, the skipped papers and the rendered pages."""
-    lengths = sorted({int(l) for l in lengths})
+    windows, the skipped papers and the rendered pages. Pages are rendered at the run's pixel budget (`ctx` or its
+    fields: `max_pixels=`, `cache_dir=`, `progress=`), which the settings record."""
+    lengths, ctx = sorted({int(l) for l in lengths}), run_context(ctx, **settings)
     plans = [parse_route(r) for r in routes]
     if not plans: raise ValueError('scaling_experiment: no routes')
     tok = tokenizer or default_tokenizer()
@@ -276,20 +277,20 @@ def scaling_experiment(papers: Sequence[Paper], lengths: Sequence[int] = (500, 1
     if need_img:
         _check_image_tools()
         t = time.time()
-        pages = _render_windows(items, lengths, max_pixels, cache_dir, ocr_engine,
-                                sorted({pl['ocr_scale'] for pl in plans if pl['source'] == 'image-ocr'}), progress, timeout)
+        pages = _render_windows(items, lengths, ctx, ocr_engine,
+                                sorted({pl['ocr_scale'] for pl in plans if pl['source'] == 'image-ocr'}), timeout)
         t_pages = time.time() - t
     queries = [Query(id=f"{p.id}#q", text=w['query'], doc_ids=[p.id], evidence_type='text') for p, w in items]
     retrievers, rows = {}, []
     for pl in plans:
         if pl['retriever'] not in retrievers:
-            retrievers[pl['retriever']] = make_retriever(pl['retriever'], cache_dir=cache_dir, max_pixels=max_pixels)
+            retrievers[pl['retriever']] = make_retriever(pl['retriever'], ctx=ctx)
         ret = retrievers[pl['retriever']]
         rows += _route_rows(pl, ret, lengths, items, pages, queries, tok, chunk_size, k)
     df = pd.DataFrame(rows)
     df.attrs.update(windows=[w for _, w in items], skipped=skipped, n_papers=len(papers),
                     pages={f'{pid}@{L}': v for (pid, L), v in pages.items()},
-                    settings=dict(lengths=lengths, routes=list(routes), max_pixels=max_pixels, ocr_engine=ocr_engine,
+                    settings=dict(lengths=lengths, routes=list(routes), max_pixels=ctx.max_pixels, ocr_engine=ocr_engine,
                                   query_tokens=query_tokens, chunk_size=chunk_size, seed=seed, short=short,
                                   min_prose=min_prose, k=k),
                     timings=dict(windows_s=round(t_windows, 1), **({'render_ocr_s': round(t_pages, 1)} if need_img else {}),

@@ -4,19 +4,21 @@
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #58ac5c69
 from __future__ import annotations
-import hashlib, inspect, json, os, re, tempfile, warnings
+import hashlib, inspect, json, os, re, shutil, tempfile, warnings
 from pathlib import Path
 from typing import Protocol, runtime_checkable, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 from ..spec import Option, KindInfo, SpecError, parse_spec, check_spec
 from ..cache import stage_dir, content_key, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked
+from ..cache import file_sha256, check_cache_path
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ENCODER_KINDS', 'Encoder', 'check_texts', 'read_st_config', 'default_text_model_path', 'pool_hidden', 'folder_digest',
-           'model_slug', 'model_fingerprint', 'resolve_model_folder', 'resolve_dtype', 'HFTextEncoder', 'as_encoder',
-           'load_encoder', 'text_key', 'EmbeddingCache', 'embed_cached']
+__all__ = ['ENCODER_BACKENDS', 'ENCODER_KINDS', 'ONNX_BUILDS', 'INT8_SETTINGS', 'Encoder', 'check_texts', 'read_st_config',
+           'default_text_model_path', 'pool_hidden', 'folder_digest', 'model_slug', 'model_fingerprint',
+           'resolve_model_folder', 'resolve_dtype', 'check_backend', 'HFTextEncoder', 'as_encoder', 'load_encoder',
+           'onnx_problem', 'onnx_build', 'onnx_session', 'text_key', 'EmbeddingCache', 'embed_cached']
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #70b5e423
 @runtime_checkable
@@ -252,13 +254,27 @@ def _auto_prefixes(model_id, prompts: dict) -> tuple:
         auto_q, auto_p = 'query: ', 'passage: '          # e5 model cards require these prefixes
     return auto_q, auto_p
 
+# %% ../../nbs/03_retrieval/04_encoders.ipynb #b4c0e5d1
+ENCODER_BACKENDS = ('torch', 'onnx', 'onnx-int8')
+
+def check_backend(backend) -> str:
+    "`backend` when docbench can run a text encoder on it, else a `ValueError` naming the ones it can."
+    if backend not in ENCODER_BACKENDS:
+        raise ValueError(f"unknown encoder backend {backend!r}; expected one of {ENCODER_BACKENDS} (torch: the transformers "
+                         "model; onnx: the same weights exported to ONNX and run by ONNX Runtime on CPU; onnx-int8: that "
+                         "export with int8 dynamic quantization of its weights)")
+    return backend
+
+
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #cc8338cf
 class HFTextEncoder:
-    "A Hugging Face text embedder: tokenizer + `AutoModel` + pooling (+ Dense) + L2 normalisation, with query/passage prefixes."
+    "A Hugging Face text embedder: tokenizer + `AutoModel` (torch or ONNX Runtime) + pooling (+ Dense) + L2 normalisation, with query/passage prefixes."
     def __init__(self, model: Optional[str] = None, pooling: str = 'auto', query_prefix: Optional[str] = None,
                  passage_prefix: Optional[str] = None, max_length: Optional[int] = None, normalize: bool = True,
-                 device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
+                 device: Optional[str] = None, dtype=None, trust_remote_code: bool = False, backend: str = 'torch',
+                 cache_dir=None):
         import torch
+        self.backend = check_backend(backend)          # before any loading: a wrong backend costs nothing
         from transformers import AutoModel, AutoTokenizer
         self.model_id = model or default_text_model_path()
         self.folder = resolve_model_folder(self.model_id)
@@ -273,6 +289,10 @@ class HFTextEncoder:
         self.name = 'all-MiniLM-L6-v2' if model is None else model_slug(str(self.model_id).rstrip('/').split('/')[-1])
         self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
         self.dtype = resolve_dtype(dtype) or torch.float32
+        if self.backend != 'torch':
+            if device not in (None, 'cpu'): raise ValueError(f"backend {backend!r} runs on CPU (ONNX Runtime); device {device!r} needs backend='torch'")
+            if self.dtype != torch.float32: raise ValueError(f"backend {backend!r} runs float32 weights (onnx-int8 quantizes them); dtype {dtype!r} needs backend='torch'")
+            self.device, self.name = 'cpu', f"{self.name}-{self.backend}"
         self.tokenizer = AutoTokenizer.from_pretrained(str(tf_folder), trust_remote_code=trust_remote_code)
         if cfg['do_lower_case'] and hasattr(self.tokenizer, 'do_lower_case'):
             try: self.tokenizer.do_lower_case = True
@@ -292,11 +312,14 @@ class HFTextEncoder:
         auto_q, auto_p = _auto_prefixes(self.model_id, cfg['prompts'])
         self.query_prefix = (auto_q or '') if query_prefix is None else query_prefix
         self.passage_prefix = (auto_p or '') if passage_prefix is None else passage_prefix
-        self._fingerprint = None
+        self._fingerprint, self._ort = None, None
+        if self.backend != 'torch':                  # the ONNX Runtime session replaces the torch weights
+            self._ort, self.model = onnx_session(self, cache_dir), None
 
     def __repr__(self):
         return (f"HFTextEncoder({self.name!r}, dim={self.dim}, pooling={self.pooling!r}, max_length={self.max_length}, "
-                f"query_prefix={self.query_prefix!r}, passage_prefix={self.passage_prefix!r}, device={self.device!r})")
+                f"query_prefix={self.query_prefix!r}, passage_prefix={self.passage_prefix!r}, device={self.device!r}"
+                + (f", backend={self.backend!r})" if self.backend != 'torch' else ')'))
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #51a4948e
 @patch(as_prop=True)
@@ -305,7 +328,9 @@ def fingerprint(self: HFTextEncoder) -> str:
     if self._fingerprint is None:
         settings = json.dumps(dict(pooling=self.pooling, q=self.query_prefix, p=self.passage_prefix, max_length=self.max_length,
                                    normalize=self.normalize, dtype=str(self.dtype), st=self.st_config['dense'] != [],
-                                   lower=self.st_config['do_lower_case']), sort_keys=True)
+                                   lower=self.st_config['do_lower_case'],
+                                   **({'backend': self.backend} if self.backend != 'torch' else {}),
+                                   **({'int8': INT8_SETTINGS} if self.backend == 'onnx-int8' else {})), sort_keys=True)
         d = hashlib.sha256((folder_digest(self.folder) + settings).encode()).hexdigest()
         self._fingerprint = f"{self.name}-{d[:20]}"
     return self._fingerprint
@@ -335,6 +360,14 @@ def _pad_batch(self: HFTextEncoder, enc, idx):
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #b1c7e0a3
 @patch
+def _hidden(self: HFTextEncoder, batch):
+    "Last hidden states of a padded batch: from the torch model, or from the ONNX Runtime session of its export."
+    if self._ort is None: return self.model(**batch).last_hidden_state
+    import torch
+    feed = {i.name: batch[i.name].numpy() for i in self._ort.get_inputs()}
+    return torch.from_numpy(self._ort.run(['last_hidden_state'], feed)[0])
+
+@patch
 def _encode(self: HFTextEncoder, texts, prefix, batch_size, progress, who, chunk: int = 8192):
     import torch
     texts = check_texts(texts, who)
@@ -347,7 +380,7 @@ def _encode(self: HFTextEncoder, texts, prefix, batch_size, progress, who, chunk
             for s in range(0, len(order), batch_size):
                 idx = order[s:s + batch_size]
                 batch = self._pad_batch(enc, idx)
-                hidden = self.model(**batch).last_hidden_state
+                hidden = self._hidden(batch)
                 v = pool_hidden(hidden, batch['attention_mask'], self.pooling)
                 for d in self.dense: v = d(v)
                 if self.normalize: v = torch.nn.functional.normalize(v.float(), p=2, dim=1)
@@ -438,12 +471,13 @@ def as_encoder(obj, name: Optional[str] = None) -> Encoder:
 _ENCODER_OPTIONS = {'pooling': Option(str, None, choices=('auto', 'mean', 'cls', 'last', 'max'), help="default: the model folder's"),
                     'max_length': Option(int, None, min=1, help='longest input in tokens'),
                     'dtype': Option(str, None, choices=('float32', 'float16', 'bfloat16')),
-                    'query_prefix': Option(str, None), 'passage_prefix': Option(str, None), 'device': Option(str, None)}
+                    'query_prefix': Option(str, None), 'passage_prefix': Option(str, None), 'device': Option(str, None),
+                    'backend': Option(str, None, choices=ENCODER_BACKENDS, help='torch (default), onnx (fp32, CPU) or onnx-int8 (CPU)')}
 ENCODER_KINDS = {'dense': KindInfo('dense', 'optional', _ENCODER_OPTIONS, help='a Hugging Face text embedder (default: bundled MiniLM)'),
                  **{k: KindInfo(k, 'none', _ENCODER_OPTIONS, help='the bundled all-MiniLM-L6-v2') for k in ('minilm', 'default')}}
 
 def load_encoder(spec: str = 'minilm', **kwargs) -> Encoder:
-    "'minilm' / 'dense' → the bundled default; 'dense:<hub id or folder>[?pooling=&max_length=&dtype=…]' → `HFTextEncoder` of that model."
+    "'minilm' / 'dense' → the bundled default; 'dense:<hub id or folder>[?pooling=&max_length=&dtype=&backend=…]' → `HFTextEncoder` of that model."
     if spec is None or (isinstance(spec, str) and spec.strip() in ('', 'all-MiniLM-L6-v2')): spec = 'minilm'
     s = parse_spec(spec, 'encoder spec')
     if s.kind not in ENCODER_KINDS:
@@ -451,6 +485,113 @@ def load_encoder(spec: str = 'minilm', **kwargs) -> Encoder:
     opts = check_spec(s, ENCODER_KINDS[s.kind], 'encoder spec')
     kw = {**{k: v for k, v in opts.items() if v is not None}, **kwargs}
     return HFTextEncoder(s.model, **kw)
+
+# %% ../../nbs/03_retrieval/04_encoders.ipynb #b4c0e5e1
+ONNX_BUILDS = {'export': 0, 'quantize': 0}       # builds this process ran (a reused, verified build adds none)
+
+def onnx_problem(d) -> Optional[str]:
+    "What is wrong with the built model folder `d` (no manifest, a missing file, a file whose sha256 is not the manifest's), or None."
+    m = Path(d)/'manifest.json'
+    if not m.is_file(): return 'has no manifest (an interrupted build?)'
+    try: files = json.loads(m.read_text(encoding='utf-8'))['files']
+    except (ValueError, KeyError, TypeError) as e: return f'has an unreadable manifest ({type(e).__name__})'
+    for name, sha in files.items():
+        p = Path(d)/name
+        if not p.is_file(): return f'lacks {name}'
+        if file_sha256(p) != sha: return f'{name} does not match the sha256 its manifest records'
+    return None
+
+def onnx_build(d, build) -> Path:
+    """`d/model.onnx`, made by `build(path)` (which returns a dict for the manifest) unless `d` holds a build that matches
+    its manifest. A damaged build is removed and rebuilt; a new one is written to a temporary folder renamed into place."""
+    d = check_cache_path(Path(d))
+    if d.exists():
+        why = onnx_problem(d)
+        if why is None: return d/'model.onnx'
+        warnings.warn(f"ONNX model folder {d} {why}: removed and rebuilt")
+        shutil.rmtree(d)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix='.tmp-', dir=d.parent))
+    try:
+        meta = build(tmp/'model.onnx') or {}
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        atomic_write_json(tmp/'manifest.json', {**meta, 'files': files}, indent=1)
+        try: os.replace(tmp, d)
+        except OSError: pass                       # another process put the same build there first
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    why = onnx_problem(d)
+    if why: raise OSError(f"ONNX model folder {d} {why} right after it was built")
+    return d/'model.onnx'
+
+
+# %% ../../nbs/03_retrieval/04_encoders.ipynb #b4c0e5e5
+INT8_SETTINGS = {'weight_type': 'QInt8', 'per_channel': True, 'reduce_range': True, 'op_types': ['MatMul', 'Gemm']}
+
+class _Quiet:
+    "Exporters print progress, warn and log at length: silence them for the build (errors still raise)."
+    def __enter__(self):
+        import contextlib, io, logging
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        self._stack.enter_context(warnings.catch_warnings()); warnings.simplefilter('ignore')
+        self._level = logging.root.manager.disable; logging.disable(logging.WARNING)
+    def __exit__(self, *exc):
+        import logging
+        logging.disable(self._level); self._stack.close()
+
+def _export_onnx(enc, path) -> dict:
+    "Export `enc`'s float32 CPU weights to `path`: the tokenizer's inputs, batch and sequence dynamic, the last hidden states out."
+    import torch
+    class LastHidden(torch.nn.Module):
+        def __init__(self, m): super().__init__(); self.m = m
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            kw = {} if token_type_ids is None else {'token_type_ids': token_type_ids}
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+    sample = enc.tokenizer(['an example sentence to trace the graph with', 'a shorter one'], padding=True, return_tensors='pt')
+    sample = {k: v for k, v in sample.items() if k in ('input_ids', 'attention_mask', 'token_type_ids')}
+    model = enc.model.float().cpu().eval()
+    big = sum(p.numel() * 4 for p in model.parameters()) > 1.8e9            # protobuf's 2 GB limit: weights in a side file
+    try:
+        with _Quiet(), torch.inference_mode(False):
+            torch.onnx.export(LastHidden(model), (), str(path), kwargs=sample, input_names=list(sample),
+                              dynamic_shapes={k: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for k in sample},
+                              output_names=['last_hidden_state'], dynamo=True, external_data=big, verbose=False,
+                              optimize=True)      # folds the weights' transposes: int8 quantizes only constant weights
+    except Exception as e:
+        raise RuntimeError(f"{enc.model_id}: ONNX export failed ({type(e).__name__}: {str(e)[:300]}); use backend='torch'") from e
+    ONNX_BUILDS['export'] += 1
+    import transformers
+    return {'model': str(enc.model_id), 'inputs': list(sample), 'torch': torch.__version__, 'transformers': transformers.__version__}
+
+def _quantize_int8(src, path) -> dict:
+    "`src` (a float32 export) with int8 weights (`INT8_SETTINGS`), written to `path`."
+    import onnxruntime
+    from onnxruntime.quantization import quantize_dynamic, QuantType
+    s = INT8_SETTINGS
+    with _Quiet():
+        quantize_dynamic(str(src), str(path), weight_type=getattr(QuantType, s['weight_type']), per_channel=s['per_channel'],
+                         reduce_range=s['reduce_range'], op_types_to_quantize=list(s['op_types']),
+                         use_external_data_format=Path(f"{src}.data").exists())
+    ONNX_BUILDS['quantize'] += 1
+    return {'source_sha256': file_sha256(src), 'settings': s, 'onnxruntime': onnxruntime.__version__}
+
+def onnx_session(enc, cache_dir=None):
+    """An ONNX Runtime CPU session of `enc`'s model for its backend ('onnx': the float32 export, 'onnx-int8': its int8
+    quantization), each built once under `<cache>/embeddings/onnx/` and verified against its manifest on every load."""
+    import onnxruntime as ort, torch, transformers
+    check_backend(enc.backend)
+    if enc.backend == 'torch': raise ValueError("onnx_session: the encoder's backend is 'torch'")
+    root, slug = stage_dir('embeddings', cache_dir)/'onnx', model_slug(enc.name.rsplit(f'-{enc.backend}', 1)[0])
+    base = content_key(folder_digest(enc.folder), enc.st_config['transformer_path'], torch.__version__, transformers.__version__, n=20)
+    path = onnx_build(root/f"{slug}-fp32-{base}", lambda p: _export_onnx(enc, p))
+    if enc.backend == 'onnx-int8':
+        q = content_key(base, json.dumps(INT8_SETTINGS, sort_keys=True), ort.__version__, n=20)
+        fp32 = path
+        path = onnx_build(root/f"{slug}-int8-{q}", lambda p: _quantize_int8(fp32, p))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = max(1, torch.get_num_threads()), 1, 3
+    return ort.InferenceSession(str(path), so, providers=['CPUExecutionProvider'])
+
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #58d3f45b
 def text_key(kind: str, text: str) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 from ..records import Unit, Query, Run
 from ..spec import Registry, Option, Spec, SpecError, parse_spec
-from ..context import DEFAULT_MAX_PIXELS      # one default, written once
+from ..context import DEFAULT_MAX_PIXELS, RunContext, run_context     # the defaults (pixel budget included) live there, once
 
 # %% auto #0
 __all__ = ['RETRIEVERS', 'BM25_CHUNK_SIZE', 'Retriever', 'RetrieverBase', 'register_retriever', 'check_retriever_spec',
@@ -48,12 +48,12 @@ def check_retriever_spec(spec) -> Spec:
     "Validate a retriever spec (kind, model, options, inner spec) without building anything; returns it parsed."
     return RETRIEVERS.info(spec)[0]
 
-def make_retriever(spec, *, cache_dir=None, max_pixels: Optional[int] = None, device: Optional[str] = None) -> Retriever:
-    "Build the retriever `spec` names, passing the cache root, the image pixel budget and the device to its factory."
+def make_retriever(spec, *, ctx: Optional[RunContext] = None, **settings) -> Retriever:
+    """Build the retriever `spec` names, handing its factory the run context's cache root, image pixel budget and device
+    (`ctx`, or `RunContext` fields as keywords: `cache_dir=`, `max_pixels=`, `device=`)."""
     if not isinstance(spec, (str, Spec)) and isinstance(spec, Retriever): return spec
-    mp = DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)
-    if mp < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
-    r = RETRIEVERS.build(spec, cache_dir=cache_dir, max_pixels=mp, device=device)
+    ctx = run_context(ctx, **settings)
+    r = RETRIEVERS.build(spec, cache_dir=ctx.cache_dir, max_pixels=ctx.max_pixels, device=ctx.device)
     if not isinstance(r, Retriever): raise TypeError(f"retriever kind {parse_spec(spec).kind!r} built a {type(r).__name__}, which lacks the Retriever contract")
     r.name = str(parse_spec(spec))
     return r

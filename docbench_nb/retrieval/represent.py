@@ -12,7 +12,7 @@ from ..spec import Registry, Option, Spec, parse_spec
 from .chunking import token_offsets, chunk_spans, default_tokenizer
 from ..workers import map_bounded, default_workers, WorkFailure
 from tqdm.auto import tqdm
-from ..context import DEFAULT_MAX_PIXELS
+from ..context import DEFAULT_MAX_PIXELS, RunContext, run_context
 
 # %% auto #0
 __all__ = ['DEFAULT_DESCRIBER', 'DESCRIBERS', 'REPRESENTATIONS', 'REPRESENT_TIME_LIMIT', 'PaperNotes', 'paper_notes', 'Describer',
@@ -84,15 +84,15 @@ def check_describer_spec(spec) -> Spec:
     "Validate a describer spec without building anything; returns it parsed (in its canonical kind)."
     return DESCRIBERS.info(_describer_spec(spec))[0]
 
-def make_describer(spec=None, *, cache_dir=None, max_pixels: Optional[int] = None) -> Describer:
+def make_describer(spec=None, *, ctx: Optional[RunContext] = None, **settings) -> Describer:
     """A describer from a spec — `source`, `source+ocr[:ENGINE]` (the default), `chat:MODEL[@URL]` or
-    `chat:MODEL?base_url=URL`, `hf:MODEL` (see `describer_help()`) — or a describer object (returned as is)."""
+    `chat:MODEL?base_url=URL`, `hf:MODEL` (see `describer_help()`) — or a describer object (returned as is). Its cache
+    root and image budget come from `ctx` (or `RunContext` fields as keywords)."""
     if spec is not None and not isinstance(spec, (str, Spec)):
         if callable(getattr(spec, 'describe', None)) and isinstance(getattr(spec, 'name', None), str): return spec
         raise TypeError(f"describer must be a spec string or have `name` and `describe(paper, figure)`; got {type(spec).__name__}")
-    mp = DEFAULT_MAX_PIXELS if max_pixels is None else int(max_pixels)
-    if mp < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
-    return DESCRIBERS.build(_describer_spec(spec), cache_dir=cache_dir, max_pixels=mp)
+    ctx = run_context(ctx, **settings)
+    return DESCRIBERS.build(_describer_spec(spec), cache_dir=ctx.cache_dir, max_pixels=ctx.max_pixels)
 
 def describer_help() -> str:
     "Every registered describer kind with its usage, help and options (what `docbench describers` prints)."

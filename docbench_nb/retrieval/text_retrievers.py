@@ -12,8 +12,8 @@ from ..records import Unit, Query, Run
 from ..spec import Option
 from ..cache import stage_dir, atomic_write_json
 from .unit_index import (group_by_doc, DenseIndex, check_units, duplicate_ids, empty_run, check_query_ids,
-                                   write_units, read_units, top_docs, ANN_INDEXES)
-from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached
+                                   write_units, read_units, top_docs, ANN_INDEXES, IndexStore)
+from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached, model_fingerprint, ENCODER_BACKENDS
 from .registry import Retriever, RetrieverBase, register_retriever, make_retriever
 from fastcore.basics import patch
 
@@ -139,6 +139,41 @@ def load(cls: BM25Index, folder, stemmer=None) -> 'BM25Index':
     if (folder/'bm25').is_dir(): ix._bm25 = bm25s.BM25.load(str(folder/'bm25'), show_progress=False)
     return ix
 
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #661d4cc2
+def _bm25_settings(ix: BM25Index) -> dict:
+    "What changes a BM25 index besides its units: the scoring settings and the tokenizer's."
+    return dict(k1=ix.k1, b=ix.b, method=ix.method, stemmer=ix.stemmer, stopwords=ix.stopwords)
+
+def _bm25_versions(ix: BM25Index) -> dict:
+    "Versions of the libraries that tokenize, score and write a BM25 index."
+    import bm25s
+    v = {'bm25s': bm25s.__version__}
+    if ix.stemmer:
+        import Stemmer
+        v['PyStemmer'] = getattr(Stemmer, '__version__', None) or getattr(Stemmer, 'version', '')
+    return v
+
+@patch
+def save_arrays(self: BM25Index, folder):
+    "Write bm25s' files (`bm25/`) for a keyed saved index (nothing when no unit has a token)."
+    self._finalize()
+    if self._bm25 is not None: self._bm25.save(str(Path(folder) / 'bm25'), show_progress=False)
+
+@patch(cls_method=True)
+def open_saved(cls: BM25Index, folder, units: Sequence[Unit], **kw) -> 'BM25Index':
+    "The index `save_arrays` wrote for `units` (the same units in the same order), its score matrix memory-mapped."
+    import bm25s
+    ix = cls(**kw)
+    units = check_units(units, 'BM25Index.open_saved')
+    order, ix._starts, ix._docs = group_by_doc([u.doc_id for u in units])
+    ix.units = [units[i] for i in order] if order is not None else units
+    ix._ids = {u.unit_id for u in units}
+    if (Path(folder) / 'bm25').is_dir():
+        ix._bm25 = bm25s.BM25.load(str(Path(folder) / 'bm25'), mmap=True, show_progress=False)
+        n = ix._bm25.scores.get('num_docs')
+        if n != len(units): raise ValueError(f"{folder}: the saved bm25 index holds {n} units, expected {len(units)}")
+    return ix
+
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #35f67d18
 def rrf_fuse(runs: Sequence[Run], k: int = 60, weights: Optional[Sequence[float]] = None, depth: int = 100) -> Run:
     "Reciprocal rank fusion of `runs`: score(d) = Σ_i w_i / (k + rank_i(d)), ranks 1-based, each run cut at `depth`."
@@ -171,12 +206,14 @@ def check_queries(queries, who):
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #58566806
 class DenseRetriever(RetrieverBase):
     "Dense retrieval: `encoder` (an Encoder, or a spec for `load_encoder`) + cached embeddings + exact `DenseIndex`."
-    def __init__(self, encoder='minilm', cache=None, backend: str = 'auto', batch_size: int = 32, ann: Optional[dict] = None):
+    def __init__(self, encoder='minilm', cache=None, backend: str = 'auto', batch_size: int = 32, ann: Optional[dict] = None,
+                 store: Optional[IndexStore] = None):
         self.encoder = load_encoder(encoder) if isinstance(encoder, str) else as_encoder(encoder)
         self.cache = EmbeddingCache() if cache is None else cache        # False: no caching
         self.backend, self.batch_size = backend, batch_size
         self.ann = dict(ann or {})                     # DenseIndex(index='hnsw'|'ivf', m, ef_search, nlist, nprobe); default exact
-        DenseIndex(1, backend, **self.ann)             # refuse bad settings now, before any embedding
+        self._ann = DenseIndex(1, backend, **self.ann).ann      # refuse bad settings now, before any embedding
+        self.store = store                             # an IndexStore: the built index is saved, and found again, by content
         self.name = f"dense:{self.encoder.name}"
         self.tokenizer = getattr(self.encoder, 'tokenizer', None)
         self.window = getattr(self.encoder, 'max_length', None)
@@ -191,9 +228,21 @@ class DenseRetriever(RetrieverBase):
         empty = [u.unit_id for u in units if not u.text.strip()]
         if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); a text encoder cannot embed "
                                    "image-only units — give them a caption/OCR text or use an image encoder")
-        vecs = embed_cached(self.encoder, [u.text for u in units], kind='unit', cache=self.cache,
-                            batch_size=self.batch_size, progress=progress)
-        self._index = DenseIndex(self.encoder.dim, self.backend, **self.ann).add(units, vecs)
+        def build():
+            vecs = embed_cached(self.encoder, [u.text for u in units], kind='unit', cache=self.cache,
+                                batch_size=self.batch_size, progress=progress)
+            return DenseIndex(self.encoder.dim, self.backend, **self.ann).add(units, vecs)
+        if self.store is None: self._index = build(); return
+        self._index = self.store.get_or_build('dense', self._store_key(units), build, lambda ix, d: ix.save_arrays(d),
+                                              lambda d: DenseIndex.open_saved(d, units, self.encoder.dim, self.backend, **self.ann))
+
+    def _store_key(self, units) -> str:
+        "The saved index's key: encoder fingerprint, dimension, index settings, units, and faiss' version for a faiss graph."
+        versions = {}
+        if self._ann['index'] != 'exact':
+            import faiss
+            versions['faiss'] = faiss.__version__
+        return self.store.key('dense', dict(dim=self.encoder.dim, ann=self._ann), units, model=model_fingerprint(self.encoder), versions=versions)
 
     def _query_vectors(self, queries):
         return embed_cached(self.encoder, [q.text for q in queries], kind='query', cache=self.cache,
@@ -216,13 +265,20 @@ class DenseRetriever(RetrieverBase):
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #def19de6
 class BM25Retriever(RetrieverBase):
-    "BM25 retrieval over units' text (keyword arguments go to `BM25Index`)."
-    def __init__(self, **kw):
-        self.kw, self.name, self._index, self.dropped = kw, 'bm25', None, []
+    "BM25 retrieval over units' text (keyword arguments go to `BM25Index`); `store`: an `IndexStore` to save it in and load it from."
+    def __init__(self, store: Optional[IndexStore] = None, **kw):
+        self.kw, self.name, self._index, self.dropped, self.store = kw, 'bm25', None, [], store
     def __repr__(self): return f"BM25Retriever(units={len(self._index) if self._index else 0})"
     def index(self, units: Sequence[Unit], progress: bool = True):
-        self._index = BM25Index(**self.kw).add(check_units(units, 'bm25.index'))
-        self._index._finalize()
+        units = check_units(units, 'bm25.index')
+        def build():
+            ix = BM25Index(**self.kw).add(units); ix._finalize()
+            return ix
+        proto = BM25Index(**self.kw)
+        if self.store is None or str(proto.stemmer).startswith('custom:'): self._index = build(); return   # a stemmer object has no key
+        key = self.store.key('bm25', _bm25_settings(proto), units, versions=_bm25_versions(proto))
+        self._index = self.store.get_or_build('bm25', key, build, lambda ix, d: ix.save_arrays(d),
+                                              lambda d: BM25Index.open_saved(d, units, **self.kw))
     def search(self, queries: Sequence[Query], k: int = 10) -> Run:
         if self._index is None: raise RuntimeError("bm25: call index(units) before search")
         queries = check_queries(queries, 'bm25.search')
@@ -298,23 +354,34 @@ _BM25_OPTIONS = {'k1': Option(float, 1.5, min=0, help='term-frequency saturation
                  'stemmer': Option(str, None, help="'english' (PyStemmer) or 'auto' (if installed); default none")}
 
 @register_retriever('bm25', model='none', options=_BM25_OPTIONS, help='BM25 keyword search (bm25s) over unit text')
-def _bm25(spec, opts, **ctx): return BM25Retriever(**{k: v for k, v in opts.items() if v is not None})
+def _bm25(spec, opts, *, cache_dir=None, **ctx):
+    return BM25Retriever(store=IndexStore.for_cache(cache_dir), **{k: v for k, v in opts.items() if v is not None})
 
 _DENSE_OPTIONS = {'batch_size': Option(int, 32, min=1),
                   'index': Option(str, 'exact', choices=ANN_INDEXES, help='exact (default), or approximate faiss hnsw / ivf'),
                   'm': Option(int, 32, min=2, help='hnsw graph degree'), 'ef_search': Option(int, 64, min=1, help='hnsw search beam'),
-                  'nlist': Option(int, 0, min=0, help='ivf lists (0: 4*sqrt(units))'), 'nprobe': Option(int, 16, min=1, help='ivf lists scanned')}
+                  'nlist': Option(int, 0, min=0, help='ivf lists (0: 4*sqrt(units))'), 'nprobe': Option(int, 16, min=1, help='ivf lists scanned'),
+                  'backend': Option(str, None, choices=ENCODER_BACKENDS, help='encoder runtime: torch (default), onnx (fp32, CPU) or onnx-int8 (CPU)')}
+
+def _encoder_kw(opts, cache_dir, device) -> dict:
+    "Keywords for `load_encoder`: the device, and an ONNX backend with the cache root its export is kept under."
+    onnx = opts.get('backend') not in (None, 'torch')
+    kw = {'device': device} if device and not onnx else {}     # ONNX Runtime runs on the CPU, whatever device the run names
+    if onnx: kw.update(backend=opts['backend'], cache_dir=cache_dir)
+    return kw
 
 @register_retriever('dense', model='optional', options=_DENSE_OPTIONS,
                     help='a text embedder (default: bundled all-MiniLM-L6-v2) + max-over-units search (exact by default)')
 def _dense(spec, opts, *, cache_dir=None, device=None, **ctx):
     ann = {k: opts[k] for k in ('index', 'm', 'ef_search', 'nlist', 'nprobe')}
-    return DenseRetriever(load_encoder(_encoder_spec(spec), **({'device': device} if device else {})),
-                          cache=_embedding_cache(cache_dir), batch_size=opts['batch_size'], ann=ann)
+    return DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, cache_dir, device)),
+                          cache=_embedding_cache(cache_dir), batch_size=opts['batch_size'], ann=ann, store=IndexStore.for_cache(cache_dir))
 
 @register_retriever('hybrid', model='optional', options={'k_rrf': Option(int, 60, min=1, help='RRF constant'),
-                                                         'depth': Option(int, 100, min=1, help='ranks fused per part')},
+                                                         'depth': Option(int, 100, min=1, help='ranks fused per part'),
+                                                         'backend': _DENSE_OPTIONS['backend']},
                     help='reciprocal rank fusion of bm25 and dense[:MODEL]')
 def _hybrid(spec, opts, *, cache_dir=None, device=None, **ctx):
-    dense = DenseRetriever(load_encoder(_encoder_spec(spec), **({'device': device} if device else {})), cache=_embedding_cache(cache_dir))
-    return HybridRetriever([BM25Retriever(), dense], k_rrf=opts['k_rrf'], depth=opts['depth'])
+    store = IndexStore.for_cache(cache_dir)
+    dense = DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, cache_dir, device)), cache=_embedding_cache(cache_dir), store=store)
+    return HybridRetriever([BM25Retriever(store=store), dense], k_rrf=opts['k_rrf'], depth=opts['depth'])

@@ -13,11 +13,12 @@ from tqdm.auto import tqdm
 from ..records import Paper
 from ..cache import atomic_write_json
 from ..evaluation.provenance import text_digest, TRAIN_RECORD
+from ..context import RunContext, run_context, context_from_args, SETTINGS
 
 # %% auto #0
-__all__ = ['PAIR_KINDS', 'MIXES', 'TrainPair', 'sentences', 'llm_free_pairs', 'evidence_passage', 'query_pairs',
-           'train_retriever', 'train_dense', 'train_late', 'split_groups', 'mix_pairs', 'ablation', 'paired_p',
-           'cmd_train', 'cmd_train_ablation', 'add_train_parser']
+__all__ = ['PAIR_KINDS', 'MIXES', 'TrainPair', 'sentences', 'llm_free_pairs', 'evidence_passage', 'llm_rephrasings',
+           'query_pairs', 'train_retriever', 'train_dense', 'train_late', 'split_groups', 'mix_pairs', 'ablation',
+           'paired_p', 'cmd_train', 'cmd_train_ablation', 'add_train_parser']
 
 # %% ../../nbs/07_training/00_finetune.ipynb #32102007
 @dataclass
@@ -31,6 +32,8 @@ class TrainPair:
     query_id: Optional[str] = None
     evidence: Optional[str] = None # the evidence excerpt the positive was matched to (query-file pairs)
     siblings: list = field(default_factory=list)   # every level's text of the query's group (all recorded for the leakage guard)
+    rephrased_by: Optional[str] = None             # the chat model that wrote `query` (LLM rephrasing), else None
+    note: str = ''                                 # why the pair differs from what was asked (a rephrasing that failed its check)
 
 _SENT = re.compile(r'(?<=[.!?])\s+(?=[A-Z(\[])')
 def sentences(text: str) -> list:
@@ -87,10 +90,36 @@ def _sections(p, rng, n):
     rng.shuffle(out)
     return out[:n]
 
-PAIR_KINDS = {'ict': _ict, 'caption': _captions, 'section': _sections}
+def _citing_sentence(p, span):
+    "The sentence of the paragraph holding `span` that contains it (whitespace-normalised), or ''."
+    for para in p.paragraphs:
+        if para.span[0] <= span[0] < para.span[1]:
+            raw, at, start = p.span_text(para.span), span[0] - para.span[0], 0
+            for m in list(_SENT.finditer(raw)) + [None]:
+                end = m.start() if m else len(raw)
+                if start <= at < max(end, start + 1): return ' '.join(raw[start:end].split())
+                if m: start = m.end()
+    return ''
+
+def _tables(p, rng, n):
+    "Table-focused pairs: a table's caption → its cells, and each sentence citing it → caption and cells."
+    out = []
+    for t in p.tables:
+        if not getattr(t, 'rows', None): continue
+        cap = ' '.join(t.caption.split())
+        cells = ' | '.join(' ; '.join(str(c) for c in r) for r in t.rows)
+        if len(cells.split()) < 20: continue
+        if len(cap.split()) >= 6: out.append(TrainPair(cap, cells, p.id, 'table'))
+        for s in sorted({_citing_sentence(p, sp) for sp in t.ref_spans} - {''}):
+            if len(s.split()) >= 6: out.append(TrainPair(s, f'{cap} {cells}'.strip(), p.id, 'table-cite'))
+    rng.shuffle(out)
+    return out[:n]
+
+PAIR_KINDS = {'ict': _ict, 'caption': _captions, 'section': _sections, 'table': _tables}
 
 def llm_free_pairs(papers: Sequence[Paper], per_paper: int = 24, kinds=('ict', 'caption', 'section'), seed: int = 0) -> list:
-    "In-domain training pairs from the papers themselves, no LLM: up to `per_paper` per paper, split evenly over `kinds`."
+    """In-domain training pairs from the papers themselves, no LLM: up to `per_paper` per paper, split evenly over `kinds`
+    (`PAIR_KINDS`; `table` is the table-focused kind, not in the default mix)."""
     unknown = set(kinds) - set(PAIR_KINDS)
     if unknown: raise ValueError(f"unknown pair kinds {sorted(unknown)}; expected some of {sorted(PAIR_KINDS)}")
     rng, out = random.Random(seed), []
@@ -115,27 +144,56 @@ def evidence_passage(p: Paper, excerpt: str) -> str:
         if s > score: best, score = t, s
     return best
 
-def query_pairs(queries, papers: Sequence[Paper], rephrase_frac: float = 0.0, levels='original', seed: int = 0) -> list:
+def llm_rephrasings(queries: dict, llm, store=None, retries: int = 1) -> dict:
+    """`{group: (rephrasings at levels 1-3, failure reason or '')}` for the level-0 `queries` (`{group: Query}`), written by
+    chat model `llm` through the query pipeline's rephrase stage: each level checked to keep meaning and answer, retried,
+    cached in the LLM cache and, with `store` (a `StageStore`), resumable."""
+    from docbench_nb.queries.evidence import Draft
+    from docbench_nb.queries.llm_stages import rephrase_stage
+    drafts = [Draft(g, q.doc_ids[0] if q.doc_ids else '', q.evidence_type or 'text', query=q.text, answer=str(q.meta.get('answer') or ''))
+              for g, q in sorted(queries.items())]
+    _, recs = rephrase_stage(drafts, llm, store=store, retries=retries, on_fail='keep')
+    return {r.item_id: (list((r.output or {}).get('rephrasings') or []), r.reason) for r in recs}
+
+def query_pairs(queries, papers: Sequence[Paper], rephrase_frac: float = 0.0, levels='original', seed: int = 0,
+                llm=None, store=None) -> list:
     """Pairs from query records (`formats.load_queries(..., levels=(0,1,2,3))`): level 0 per group, a `rephrase_frac` share
-    swapped for a random rephrasing (level 1-3), or every level with `levels='all'`."""
+    swapped for a rephrasing at a random level 1-3 — the file's own, or with `llm` one that chat model writes (checked as
+    the pipeline checks it; when its check fails the original is kept and the pair says why) — or every level with
+    `levels='all'`."""
     if not 0 <= rephrase_frac <= 1: raise ValueError(f"rephrase_frac must be within [0, 1], got {rephrase_frac}")
+    if llm is not None and levels == 'all': raise ValueError("levels='all' trains on the file's rephrasings; it cannot take an llm")
     by_id, rng = {p.id: p for p in papers}, random.Random(seed)
     groups = {}
     for q in queries: groups.setdefault(q.group_id or q.id, {})[q.level] = q
-    out = []
+    plan = {}
     for g in sorted(groups):
         v = groups[g]; base = v.get(0) or v[min(v)]
         if not base.doc_ids or base.doc_ids[0] not in by_id: continue
         excerpt = str(base.meta.get('evidence_excerpt') or '')
         pos = evidence_passage(by_id[base.doc_ids[0]], excerpt) if excerpt else ''
         if not pos: continue
-        if levels == 'all': picks = [v[l] for l in sorted(v)]
+        if levels == 'all': pick = [v[l] for l in sorted(v)]
+        elif llm is not None: pick = rng.randint(1, 3) if rng.random() < rephrase_frac else 0     # a level to write
         else:
             alt = [v[l] for l in sorted(v) if l > 0]
-            picks = [rng.choice(alt) if alt and rng.random() < rephrase_frac else base]
-        sib = [v[l].text for l in sorted(v)]
-        out += [TrainPair(q.text, pos, base.doc_ids[0], 'query', q.level, q.id, excerpt, sib) for q in picks]
+            pick = [rng.choice(alt) if alt and rng.random() < rephrase_frac else base]
+        plan[g] = (base, excerpt, pos, pick)
+    written = llm_rephrasings({g: b for g, (b, _, _, pk) in plan.items() if pk and not isinstance(pk, list)}, llm, store) if llm is not None else {}
+    out, who = [], str(getattr(llm, 'fingerprint', None) or getattr(llm, 'name', '')) if llm is not None else None
+    for g, (base, excerpt, pos, pick) in plan.items():
+        v, sib = groups[g], [groups[g][l].text for l in sorted(groups[g])]
+        if isinstance(pick, list):
+            out += [TrainPair(q.text, pos, base.doc_ids[0], 'query', q.level, q.id, excerpt, sib) for q in pick]
+            continue
+        reph, why = written.get(g, ([], ''))
+        if pick and len(reph) >= pick:
+            out.append(TrainPair(reph[pick - 1], pos, base.doc_ids[0], 'query', pick, f'{base.id}@llm-L{pick}', excerpt, sib + reph, who))
+        else:
+            note = f'LLM rephrasing at level {pick} failed ({why}); the original is trained on' if pick else ''
+            out.append(TrainPair(base.text, pos, base.doc_ids[0], 'query', 0, base.id, excerpt, sib + reph, None, note))
     return out
+
 
 # %% ../../nbs/07_training/00_finetune.ipynb #0e8bfba1
 def _hard_negatives(pairs, seed):
@@ -186,7 +244,9 @@ def _data_record(pairs) -> dict:
             'sha256': hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest(),
             'query_texts': sorted({text_digest(t) for p in pairs if p.source == 'query' for t in [p.query, *p.siblings]}),
             'evidence': sorted({text_digest(p.evidence) for p in pairs if p.evidence}),
-            'corpus_passages': sorted({p.doc_id for p in pairs if p.source != 'query'})}
+            'corpus_passages': sorted({p.doc_id for p in pairs if p.source != 'query'}),
+            'rephrased_by': {m: sum(p.rephrased_by == m for p in pairs) for m in sorted({p.rephrased_by for p in pairs if p.rephrased_by})},
+            'notes': [f'{p.query_id}: {p.note}' for p in pairs if p.note]}
 
 def train_retriever(pairs: Sequence[TrainPair], out_dir, kind: str = 'dense', base: Optional[str] = None, epochs: int = 1,
                     batch_size: int = 32, lr: float = 2e-5, warmup: float = 0.1, temperature: float = 0.05, max_length: int = 256,
@@ -249,7 +309,10 @@ def train_late(pairs, out_dir, **kw) -> dict:
 
 # %% ../../nbs/07_training/00_finetune.ipynb #19a6c6a1
 MIXES = {'base': (), 'llm-free': ('llm-free',), 'queries': ('queries',), 'queries-rephrased': ('queries-rephrased',),
-         'llm-free-queries-rephrased': ('llm-free', 'queries-rephrased')}     # names are folder names (no '+': it splits specs)
+         'llm-free-queries-rephrased': ('llm-free', 'queries-rephrased'),
+         'tables': ('llm-free-tables', 'queries-tables-rephrased'),        # the study's table-heavy set, LLM-free and offline
+         'queries-llm-rephrased': ('queries-llm-rephrased',)}             # rephrased by a chat model: needs `llm`
+# names are folder names (no '+': it splits specs)
 
 def split_groups(queries, frac: float = 0.5, seed: int = 0) -> tuple:
     """`(train, test)` query records split by group — every level of a query, and every query sharing an evidence excerpt,
@@ -263,29 +326,48 @@ def split_groups(queries, frac: float = 0.5, seed: int = 0) -> tuple:
     side = {g: min(ks) in tr for g, ks in by_group.items()}
     return [q for q in queries if side[q.group_id or q.id]], [q for q in queries if not side[q.group_id or q.id]]
 
-def mix_pairs(mix, papers, train_queries, per_paper=24, rephrase_frac=0.5, seed=0) -> list:
-    "The training pairs of one data mix (`MIXES` values)."
-    out = []
+def mix_pairs(mix, papers, train_queries, per_paper=24, rephrase_frac=0.5, seed=0, llm=None, store=None) -> list:
+    """The training pairs of one data mix (`MIXES` values). `*-tables` parts keep only tables: the table pair kind and the
+    queries whose evidence is a table; `queries-llm-rephrased` has chat model `llm` write the rephrasings."""
+    out, tables = [], [q for q in train_queries if q.evidence_type == 'table']
     for part in mix:
         if part == 'llm-free': out += llm_free_pairs(papers, per_paper=per_paper, seed=seed)
+        elif part == 'llm-free-tables': out += llm_free_pairs(papers, per_paper=per_paper, kinds=('table',), seed=seed)
         elif part == 'queries': out += query_pairs(train_queries, papers, 0.0, seed=seed)
         elif part == 'queries-rephrased': out += query_pairs(train_queries, papers, rephrase_frac, seed=seed)
+        elif part == 'queries-tables-rephrased': out += query_pairs(tables, papers, rephrase_frac, seed=seed)
+        elif part == 'queries-llm-rephrased':
+            if llm is None: raise ValueError("data part 'queries-llm-rephrased' needs a chat model to rephrase with (llm=..., --llm SPEC)")
+            out += query_pairs(train_queries, papers, rephrase_frac, seed=seed, llm=llm, store=store)
         else: raise ValueError(f"unknown data part {part!r}")
     return out
 
 # %% ../../nbs/07_training/00_finetune.ipynb #1aea648b
-def ablation(corpus, queries, out_dir, mixes=tuple(MIXES), kind: str = 'dense', base: Optional[str] = None, chunk_size: int = 256,
-             split: float = 0.5, seed: int = 0, per_paper: int = 24, rephrase_frac: float = 0.5, cache_dir=None, progress: bool = True,
-             log=print, **train_kw) -> list:
+def ablation(corpus, queries, out_dir, mixes=None, kind: str = 'dense', base: Optional[str] = None, chunk_size: int = 256,
+             split: float = 0.5, seed: int = 0, per_paper: int = 24, rephrase_frac: float = 0.5, log=print, llm=None, *,
+             ctx: Optional[RunContext] = None, **train_kw) -> list:
     """Train one `kind` model (dense | late) per mix in `mixes` on `corpus` + the training half of `queries`; evaluate every
-    model (and the base) on the held-out half. Writes `out_dir/<mix>/model`, `out_dir/<mix>.json` and `out_dir/ablation.json`
-    (rewritten after every mix, so an interrupted run keeps what it finished)."""
+    model (and the base) on the held-out half; `mixes` defaults to every mix (those needing `llm` only when it is given). Writes `out_dir/<mix>/model`, `out_dir/<mix>.json` and `out_dir/ablation.json`
+    (rewritten after every mix, so an interrupted run keeps what it finished). `llm` (a spec or backend) rephrases for the
+    `queries-llm-rephrased` mix; its stage records go to `out_dir/rephrase/`, so a rerun resumes. `ctx` (or `RunContext`
+    fields among the keywords: `cache_dir=`, `progress=`, ...) runs parsing, training and every evaluation; the other
+    keywords go to `train_retriever`."""
+    ctx = run_context(ctx, **{s: train_kw.pop(s) for s in SETTINGS if s in train_kw})
     from docbench_nb.evaluation.formats import load_queries
     from docbench_nb.evaluation.core import evaluate
     from docbench_nb.latex.corpus import load_papers
     from docbench_nb.evaluation.result import compare
+    from docbench_nb.queries.evidence import StageStore
+    if mixes is None: mixes = [m for m in MIXES if llm is not None or 'queries-llm-rephrased' not in MIXES[m]]
+    unknown = [m for m in mixes if m not in MIXES]
+    if unknown: raise ValueError(f"unknown mixes {unknown}; expected some of {list(MIXES)}")
+    if isinstance(llm, str):
+        from docbench_nb.llm import make_llm
+        llm = make_llm(llm, cache_dir=ctx.cache_dir)
+    if llm is None and any('queries-llm-rephrased' in MIXES[m] for m in mixes):
+        raise ValueError("mix 'queries-llm-rephrased' needs a chat model to rephrase with (llm=..., --llm SPEC)")
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    papers, _ = load_papers(corpus, cache_dir=cache_dir, progress=progress)
+    papers, _ = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     qs = load_queries(queries, levels=(0, 1, 2, 3))
     train_q, test_q = split_groups(qs, split, seed)
     test_file, held = out / 'eval_queries.jsonl', {q.group_id or q.id for q in test_q}
@@ -293,15 +375,17 @@ def ablation(corpus, queries, out_dir, mixes=tuple(MIXES), kind: str = 'dense', 
                                  if l.strip() and json.loads(l).get('id') in held))        # the held-out groups, as written
     rows, results = [], {}
     for name in mixes:
-        pairs = mix_pairs(MIXES[name], papers, train_q, per_paper=per_paper, rephrase_frac=rephrase_frac, seed=seed)
+        pairs = mix_pairs(MIXES[name], papers, train_q, per_paper=per_paper, rephrase_frac=rephrase_frac, seed=seed, llm=llm,
+                          store=StageStore(out / 'rephrase') if llm is not None else None)
         spec, rec = (f'{kind}:{base}' if base else kind), None
         if pairs:
-            rec = train_retriever(pairs, out / name / 'model', kind=kind, base=base, seed=seed, progress=progress, force=True, **train_kw)
+            rec = train_retriever(pairs, out / name / 'model', kind=kind, base=base, seed=seed, progress=ctx.progress, force=True, **train_kw)
             spec = f"{kind}:{out / name / 'model'}"
-        res = evaluate(corpus, test_file, retriever=spec, chunk_size=chunk_size, cache_dir=cache_dir, papers=papers, progress=progress)
+        res = evaluate(corpus, test_file, retriever=spec, chunk_size=chunk_size, papers=papers, ctx=ctx)
         res.save(out / f'{name}.json'); results[name] = res
         rows.append({'mix': name, 'n_pairs': len(pairs), 'train_s': rec['train_s'] if rec else 0.0,
                      'peak_rss_mb': rec['peak_rss_mb'] if rec else None, **_level_row(res)})
+        if rec and rec['data']['rephrased_by']: rows[-1].update(rephrased_by=rec['data']['rephrased_by'], rephrase_failed=len(rec['data']['notes']))
         log(f"{name}: {len(pairs)} pairs, nDCG@10 L0 {res.overall.get('ndcg@10', float('nan')):.3f}")
         if 'base' in results and name != 'base': rows[-1].update(paired_p(results['base'], res))
         atomic_write_json(out / 'ablation.json', {'kind': kind, 'rows': rows, 'n_train_groups': len({q.group_id or q.id for q in train_q}),
@@ -332,8 +416,14 @@ def _train_pairs(args, papers) -> list:
     if bad: raise ValueError(f"--pairs: unknown {sorted(bad)}; expected llm-free and/or queries")
     if 'queries' in parts and not args.queries: raise ValueError("--pairs queries needs --queries FILE")
     out = llm_free_pairs(papers, per_paper=args.per_paper, seed=args.seed) if 'llm-free' in parts else []
+    if getattr(args, 'llm', None) and 'queries' not in parts: raise ValueError("--llm rephrases query pairs: add queries to --pairs")
     if 'queries' in parts:
-        out += query_pairs(load_queries(args.queries, levels=(0, 1, 2, 3)), papers, args.rephrase_frac, seed=args.seed)
+        llm, store = None, None
+        if getattr(args, 'llm', None):
+            from docbench_nb.llm import make_llm
+            from docbench_nb.queries.evidence import StageStore
+            llm, store = make_llm(args.llm, cache_dir=context_from_args(args).cache_dir), StageStore(Path(args.out).with_name(Path(args.out).name + '.rephrase'))
+        out += query_pairs(load_queries(args.queries, levels=(0, 1, 2, 3)), papers, args.rephrase_frac, seed=args.seed, llm=llm, store=store)
     return out
 
 def cmd_train(args) -> int:
@@ -342,20 +432,23 @@ def cmd_train(args) -> int:
     if not args.corpus or not args.out: raise ValueError("docbench train needs --corpus and --out")
     kind, _, base = args.base.partition(':')
     if kind not in ('dense', 'late'): raise ValueError(f"--base {args.base!r}: expected dense[:MODEL] or late[:MODEL]")
-    papers, errors = load_papers(args.corpus, cache_dir=args.cache_dir, progress=not args.quiet)
+    if args.llm and 'queries' not in args.pairs: raise ValueError("--llm rephrases query pairs: add queries to --pairs")
+    ctx = context_from_args(args)
+    papers, errors = load_papers(args.corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     pairs = _train_pairs(args, papers)
     rec = train_retriever(pairs, args.out, kind=kind, base=base or None, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           max_length=args.max_length, hard_negatives=args.hard_negatives, seed=args.seed,
-                          progress=not args.quiet, force=args.force)
+                          progress=ctx.progress, force=args.force)
     print(f"trained {rec['spec']} on {rec['data']['n_pairs']} pairs {rec['data']['by_source']} in {rec['train_s']:.0f} s "
           f"({len(rec['log'])} steps, last loss {rec['log'][-1]['loss'] if rec['log'] else float('nan'):.3f}); evaluate with --retriever {rec['spec']}")
     return 0
 
 def cmd_train_ablation(args) -> int:
     if not args.corpus or not args.queries or not args.out: raise ValueError("docbench train ablation needs --corpus, --queries and --out")
-    rows = ablation(args.corpus, args.queries, args.out, mixes=[m.strip() for m in args.mixes.split(',')], chunk_size=args.chunk_size,
-                    cache_dir=args.cache_dir, progress=not args.quiet, seed=args.seed, per_paper=args.per_paper,
-                    max_length=args.max_length, batch_size=args.batch_size)
+    mixes = [m.strip() for m in args.mixes.split(',')] if args.mixes else None
+    rows = ablation(args.corpus, args.queries, args.out, mixes=mixes, chunk_size=args.chunk_size,
+                    ctx=context_from_args(args), seed=args.seed, per_paper=args.per_paper,
+                    max_length=args.max_length, batch_size=args.batch_size, llm=args.llm)
     for r in rows: print(json.dumps(r))
     return 0
 
@@ -369,6 +462,9 @@ def _train_options(p, ablation: bool):
     p.add_argument('--max-length', type=int, default=256, help='tokens per text in training')
     p.add_argument('--batch-size', type=int, default=32, help='pairs per step (in-batch negatives)')
     p.add_argument('--seed', type=int, default=0, help='seed for pairs, split and training')
+    p.add_argument('--llm', default=None, help='chat model (an LLM spec, see `docbench queries build --help`) that writes the rephrasings '
+                   "of --rephrase-frac of the queries, each checked as the query pipeline checks it; use a different model than the one "
+                   "that wrote the queries. Default: the query file's own rephrasings")
 
 def add_train_parser(sub):
     "`docbench train [ablation]`."
@@ -385,6 +481,7 @@ def add_train_parser(sub):
     ts = t.add_subparsers(dest='train_cmd', required=False, metavar='ablation')
     a = ts.add_parser('ablation', help="the study's ablation: base vs LLM-free vs queries vs rephrased vs both, on held-out queries")
     _train_options(a, True)
-    a.add_argument('--mixes', default=','.join(MIXES), help='data mixes to train and evaluate: ' + ', '.join(MIXES))
+    a.add_argument('--mixes', default=None, help='data mixes to train and evaluate (default: all; queries-llm-rephrased only with --llm): '
+                   + ', '.join(MIXES))
     a.add_argument('--chunk-size', type=int, default=256, help='tokens per text chunk in the evaluation')
     a.set_defaults(fn=cmd_train)
