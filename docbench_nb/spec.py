@@ -121,8 +121,10 @@ def _origin(f) -> str: return f"{getattr(f, '__module__', '?')}.{getattr(f, '__q
 
 def _same_factory(a, b) -> bool:
     "Whether `b` is `a` defined again: the same qualified name (a notebook's `__main__` copy of a module's function counts)."
-    ma, mb = getattr(a, '__module__', None), getattr(b, '__module__', None)
-    return getattr(a, '__qualname__', None) == getattr(b, '__qualname__', None) and (ma == mb or '__main__' in (ma, mb))
+    if a is b: return True
+    qa, ma, mb = getattr(a, '__qualname__', None), getattr(a, '__module__', None), getattr(b, '__module__', None)
+    if qa is None or '<lambda>' in qa: return False          # lambdas and partials have no name to tell them apart by
+    return qa == getattr(b, '__qualname__', None) and (ma == mb or '__main__' in (ma, mb))
 
 class Registry:
     "Kinds of one family (`what`: 'retriever', 'describer', ...): `register(kind, ...)` decorates a factory; `build(spec, **ctx)` makes one."

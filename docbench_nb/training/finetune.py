@@ -90,19 +90,8 @@ def _sections(p, rng, n):
     rng.shuffle(out)
     return out[:n]
 
-def _citing_sentence(p, span):
-    "The sentence of the paragraph holding `span` that contains it (whitespace-normalised), or ''."
-    for para in p.paragraphs:
-        if para.span[0] <= span[0] < para.span[1]:
-            raw, at, start = p.span_text(para.span), span[0] - para.span[0], 0
-            for m in list(_SENT.finditer(raw)) + [None]:
-                end = m.start() if m else len(raw)
-                if start <= at < max(end, start + 1): return ' '.join(raw[start:end].split())
-                if m: start = m.end()
-    return ''
-
 def _tables(p, rng, n):
-    "Table-focused pairs: a table's caption → its cells, and each sentence citing it → caption and cells."
+    "Table-focused pairs: a table's caption → its cells, and each sentence citing it (the parser's `ref_spans`) → caption and cells."
     out = []
     for t in p.tables:
         if not getattr(t, 'rows', None): continue
@@ -110,7 +99,7 @@ def _tables(p, rng, n):
         cells = ' | '.join(' ; '.join(str(c) for c in r) for r in t.rows)
         if len(cells.split()) < 20: continue
         if len(cap.split()) >= 6: out.append(TrainPair(cap, cells, p.id, 'table'))
-        for s in sorted({_citing_sentence(p, sp) for sp in t.ref_spans} - {''}):
+        for s in sorted({' '.join(p.span_text(sp).split()) for sp in t.ref_spans} - {''}):
             if len(s.split()) >= 6: out.append(TrainPair(s, f'{cap} {cells}'.strip(), p.id, 'table-cite'))
     rng.shuffle(out)
     return out[:n]
@@ -409,20 +398,24 @@ def _level_row(res) -> dict:
     return row
 
 # %% ../../nbs/07_training/00_finetune.ipynb #284afd73
-def _train_pairs(args, papers) -> list:
-    from docbench_nb.evaluation.formats import load_queries
+def _pair_parts(args) -> list:
+    "The parts of `--pairs`, checked with the options they need (before any paper is parsed)."
     parts = [p.strip() for p in args.pairs.split(',') if p.strip()]
     bad = set(parts) - {'llm-free', 'queries'}
     if bad: raise ValueError(f"--pairs: unknown {sorted(bad)}; expected llm-free and/or queries")
     if 'queries' in parts and not args.queries: raise ValueError("--pairs queries needs --queries FILE")
-    out = llm_free_pairs(papers, per_paper=args.per_paper, seed=args.seed) if 'llm-free' in parts else []
     if getattr(args, 'llm', None) and 'queries' not in parts: raise ValueError("--llm rephrases query pairs: add queries to --pairs")
+    return parts
+
+def _train_pairs(args, parts, papers) -> list:
+    from docbench_nb.evaluation.formats import load_queries
+    out = llm_free_pairs(papers, per_paper=args.per_paper, seed=args.seed) if 'llm-free' in parts else []
     if 'queries' in parts:
         llm, store = None, None
         if getattr(args, 'llm', None):
             from docbench_nb.llm import make_llm
             from docbench_nb.queries.evidence import StageStore
-            llm, store = make_llm(args.llm, cache_dir=context_from_args(args).cache_dir), StageStore(Path(args.out).with_name(Path(args.out).name + '.rephrase'))
+            llm, store = make_llm(args.llm, cache_dir=context_from_args(args).cache_dir), StageStore(Path(args.out).resolve().with_name(Path(args.out).resolve().name + '.rephrase'))
         out += query_pairs(load_queries(args.queries, levels=(0, 1, 2, 3)), papers, args.rephrase_frac, seed=args.seed, llm=llm, store=store)
     return out
 
@@ -432,10 +425,10 @@ def cmd_train(args) -> int:
     if not args.corpus or not args.out: raise ValueError("docbench train needs --corpus and --out")
     kind, _, base = args.base.partition(':')
     if kind not in ('dense', 'late'): raise ValueError(f"--base {args.base!r}: expected dense[:MODEL] or late[:MODEL]")
-    if args.llm and 'queries' not in args.pairs: raise ValueError("--llm rephrases query pairs: add queries to --pairs")
+    parts = _pair_parts(args)
     ctx = context_from_args(args)
     papers, errors = load_papers(args.corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
-    pairs = _train_pairs(args, papers)
+    pairs = _train_pairs(args, parts, papers)
     rec = train_retriever(pairs, args.out, kind=kind, base=base or None, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           max_length=args.max_length, hard_negatives=args.hard_negatives, seed=args.seed,
                           progress=ctx.progress, force=args.force)
