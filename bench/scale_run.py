@@ -9,7 +9,9 @@ chunked, indexed. Only the TeX-ish files are copied (.tex .bib .bbl .sty .cls .b
 reads nothing else. `--distinct-units` (for dense runs) also starts every paragraph of a replica with its tag
 (`r{i}`), so that no text unit of a replica equals one of its original: embeddings are cached per unit text, and
 a trailing line alone would make every other unit of a copy a cache hit. The dev queries (gold = the original papers, which are always in the corpus) are the queries.
-Each size runs in a fresh process under `/usr/bin/time -v` (peak RSS) with a fresh cache folder; the per-stage
+`--stream` runs `docbench evaluate --stream` (a batch of papers at a time through unit shards on disk); `--warm`
+reruns each size at once on its warm cache (every shard and index loaded); `--drop-after` removes a size's corpus
+and cache once measured, for disk. Each size runs in a fresh process under `/usr/bin/time -v` (peak RSS) with a fresh cache folder; the per-stage
 seconds come from the result's `timings`. The child gets OMP_NUM_THREADS from the environment, 1 when unset (right
 for BM25, whose worker processes use the cores); a dense run wants the torch threads on every core:
 
@@ -46,30 +48,35 @@ def build_corpus(n: int, dest: Path, distinct_units: bool = False) -> Path:
     return dest
 
 
-def run_size(n: int, args) -> dict:
+def run_size(n: int, args, warm: bool = False) -> dict:
     work = Path(args.workdir)
     tag = '_distinct' if args.distinct_units else ''
     corpus = build_corpus(n, work / f'corpus_{n}{tag}', args.distinct_units)
     name = _name(args)
-    cache = work / f'cache_{n}_{name}'; shutil.rmtree(cache, ignore_errors=True)
-    out = work / f'result_{n}_{name}.json'
+    cache = work / f'cache_{n}_{name}'
+    if not warm: shutil.rmtree(cache, ignore_errors=True)
+    out = work / f'result_{n}_{name}{"_warm" if warm else ""}.json'
     cmd = ['/usr/bin/time', '-v', str(ROOT / '.venv' / 'bin' / 'docbench'), '--cache-dir', str(cache), 'evaluate',
            '--corpus', str(corpus), '--queries', str(SHARED / 'queries' / 'dev.jsonl'), '--retriever', args.retriever,
            '--out', str(out)]
     if args.workers: cmd[4:4] = ['--workers', str(args.workers)]
     if args.chunk_size: cmd += ['--chunk-size', str(args.chunk_size)]
+    if args.stream: cmd += ['--stream']
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '1')})
     wall = time.time() - t0
     if r.returncode != 0: raise SystemExit(f'size {n}: docbench evaluate failed (rc {r.returncode}):\n{r.stderr[-3000:]}')
     rss = next(int(l.split(':')[1]) for l in r.stderr.splitlines() if 'Maximum resident set size' in l) / 1024
     res = json.loads(out.read_text())
-    row = {'papers': n, 'wall_s': round(wall, 1), 'peak_rss_mb': round(rss), 'ndcg@10': res['overall'].get('ndcg@10'),
+    row = {'papers': n, 'run': 'warm' if warm else 'cold', 'stream': args.stream, 'wall_s': round(wall, 1), 'peak_rss_mb': round(rss), 'ndcg@10': res['overall'].get('ndcg@10'),
            'chunk_size': res.get('config', {}).get('chunk_size'), 'distinct_units': args.distinct_units,
            'n_units': res.get('config', {}).get('n_units') or res.get('n_units'), 'cores': os.cpu_count(),
            **{k: round(v, 1) for k, v in res.get('timings', {}).items() if isinstance(v, (int, float))}}
     if row.get('n_units') and row.get('index_s'): row['index_units_per_s'] = round(row['n_units'] / row['index_s'], 1)
     row['torch_threads'] = int(os.environ.get('OMP_NUM_THREADS', '1'))
+    row['index_bytes'] = res.get('index_bytes')
+    row['cache_gb'] = round(sum(f.stat().st_size for f in cache.rglob('*') if f.is_file()) / 1e9, 2)
+    if args.drop_after and not (args.warm and not warm): shutil.rmtree(cache, ignore_errors=True); shutil.rmtree(corpus, ignore_errors=True)
     print(json.dumps(row), flush=True)
     return row
 
@@ -77,7 +84,7 @@ def run_size(n: int, args) -> dict:
 def _name(args) -> str:
     "File stem of a run: the retriever, plus the chunk size and unit variation when not the default."
     return (args.retriever.replace(':', '_') + (f'_c{args.chunk_size}' if args.chunk_size else '')
-            + ('_distinct' if args.distinct_units else ''))
+            + ('_distinct' if args.distinct_units else '') + ('_stream' if args.stream else ''))
 
 
 def plot(rows, path, retriever):
@@ -100,16 +107,23 @@ def main():
     ap.add_argument('--workers', type=int, default=None, help='passed to docbench when the CLI has --workers')
     ap.add_argument('--chunk-size', type=int, default=None, help='passed to docbench evaluate (default: its own)')
     ap.add_argument('--distinct-units', action='store_true', help='tag every paragraph of a replica (no unit-level cache hit)')
+    ap.add_argument('--stream', action='store_true', help='docbench evaluate --stream (unit shards on disk, flat memory)')
+    ap.add_argument('--warm', action='store_true', help='rerun each size at once on its warm cache (a second row, run=warm)')
+    ap.add_argument('--drop-after', action='store_true', help='remove each size\'s corpus and cache once measured (disk)')
     ap.add_argument('--plot-only', action='store_true', help='redraw the plot from --out/scale_{name}.json')
     args = ap.parse_args()
     name = _name(args)
     if args.plot_only:
         out = Path(args.out); plot(json.loads((out / f'scale_{name}.json').read_text()), out / f'scale_{name}.png', args.retriever); return
     if not (SHARED / 'corpus' / 'papers').is_dir(): raise SystemExit(f'needs the shared corpus at {SHARED}')
-    rows = [run_size(int(n), args) for n in args.sizes.split(',')]
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
-    (out / f'scale_{name}.json').write_text(json.dumps(rows, indent=1) + '\n')
-    plot(rows, out / f'scale_{name}.png', args.retriever)
+    rows = []
+    for n in args.sizes.split(','):
+        rows.append(run_size(int(n), args))
+        if args.warm: rows.append(run_size(int(n), args, warm=True))
+        (out / f'scale_{name}.json').write_text(json.dumps(rows, indent=1) + '\n')      # after every size: a long run keeps what it measured
+    rows_cold = [r for r in rows if r.get('run') != 'warm']
+    plot(rows_cold, out / f'scale_{name}.png', args.retriever)
 
 
 if __name__ == '__main__':

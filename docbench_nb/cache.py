@@ -102,6 +102,7 @@ def atomic_open(path, mode: str = 'w', fsync: bool = True, encoding: str = 'utf-
         with contextlib.suppress(OSError): os.unlink(tmp)
         raise
 
+# %% ../nbs/00_base/02_cache.ipynb #6a31242a
 def atomic_write(path, data, fsync: bool = True) -> Path:
     "Write `data` (str or bytes) to `path` atomically."
     with atomic_open(path, 'wb' if isinstance(data, (bytes, bytearray)) else 'w', fsync=fsync) as f: f.write(data)
@@ -280,6 +281,7 @@ def _walk_no_links(d: Path):
 def _link_problem(p: Path) -> str:
     return 'is a symbolic link (not followed)'
 
+# %% ../nbs/00_base/02_cache.ipynb #87541086
 def cache_verify(cache_dir=None, fix: bool = False, stages=None) -> dict:
     """Check every `.npy` (checksum, finiteness) and `.json` entry under the cache root (not the unpacked `sources`); `fix`
     removes the damaged ones. Links are reported and (`fix`) removed as links; nothing outside the root is read or deleted.

@@ -69,6 +69,8 @@ def cmd_evaluate(args) -> int:
               **({'allow_overlap': True} if args.allow_overlap else {}),
               **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}),
               **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
+    if getattr(args, 'stream', False) and args.engine == 'ray':
+        raise ValueError("--stream runs on the local engine (Ray parses and embeds into the cache; use --engine local)")
     if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
         if args.engine == 'ray': raise ValueError("--task page runs on the local engine only (use --engine local)")
         res = evaluate(args.corpus, args.queries, task='page', **kw)
@@ -216,6 +218,9 @@ def _add_evaluate(sub):
     e.add_argument('--ray-address', default=None, help="Ray cluster to join, e.g. 'auto' or ray://HEAD:10001")
     e.add_argument('--actors', type=int, default=1, help='embedding actors (each holds one copy of the model)')
     e.add_argument('--workers', type=int, default=None, help='parallel parse processes for the local engine (default: every core)')
+    e.add_argument('--stream', action='store_true', help='parse and represent a batch of papers at a time into unit shards on '
+                   'disk (cached), and index from them: memory stays flat as the corpus grows (paper task; BM25 indexes without '
+                   'holding the units)')
     e.add_argument('--allow-overlap', action='store_true', help='evaluate a model trained by docbench train even on queries '
                    'it was trained on (refused otherwise); the result records the overlap')
     e.set_defaults(fn=cmd_evaluate)

@@ -21,6 +21,7 @@ class RunContext:
     max_pixels: int = DEFAULT_MAX_PIXELS     # image budget of figures, pages and image encoders
     parse_time_limit: float = PARSE_TIME_LIMIT
     parse_memory_mb: int = PARSE_MEMORY_MB
+    stream: bool = False                     # evaluate a batch of papers at a time through unit shards on disk (flat memory)
     def __post_init__(self):
         if int(self.max_pixels) < 1: raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         object.__setattr__(self, 'max_pixels', int(self.max_pixels))
@@ -39,7 +40,8 @@ __all__ = ['DEFAULT_MAX_PIXELS', 'PARSE_TIME_LIMIT', 'PARSE_MEMORY_MB', 'SETTING
 # %% ../nbs/00_base/05_context.ipynb #a2f0e0a8
 SETTINGS = tuple(f.name for f in dataclasses.fields(RunContext))
 # only settings that cannot change a number; the pixel budget (which can) is given explicitly, where the result records it
-ENV = {'DOCBENCH_CACHE': ('cache_dir', str), 'DOCBENCH_WORKERS': ('workers', int), 'DOCBENCH_DEVICE': ('device', str)}
+ENV = {'DOCBENCH_CACHE': ('cache_dir', str), 'DOCBENCH_WORKERS': ('workers', int), 'DOCBENCH_DEVICE': ('device', str),
+       'DOCBENCH_STREAM': ('stream', lambda s: {'1': True, 'true': True, '0': False, 'false': False}[s.lower()])}
 
 def run_context(ctx: Optional[RunContext] = None, **settings) -> RunContext:
     "`ctx` (default: the environment's, `context_from_env()`) with `settings` applied; None means not given; an unknown name is a `TypeError`."
@@ -57,12 +59,13 @@ def context_from_env(environ=None, **settings) -> RunContext:
     for var, (name, conv) in ENV.items():
         if environ.get(var):
             try: env[name] = conv(environ[var])
-            except ValueError: raise ValueError(f"${var}={environ[var]!r} is not a valid {name}") from None
+            except (ValueError, KeyError):
+                raise ValueError(f"${var}={environ[var]!r} is not a valid {name}" + (' (1, true, 0 or false)' if name == 'stream' else '')) from None
     return run_context(RunContext(**env), **settings)      # (a given context: no second look at the environment)
 
 # %% ../nbs/00_base/05_context.ipynb #ctx0a1b3
 def context_from_args(args, **settings) -> RunContext:
-    "The run context of a parsed command line (`--cache-dir`, `--workers`, `--device`, `-q`/`--quiet`), over the environment's; `settings` on top."
+    "The run context of a parsed command line (`--cache-dir`, `--workers`, `--device`, `--stream`, `-q`/`--quiet`), over the environment's; `settings` on top."
     opt = lambda name: getattr(args, name, None)
-    return context_from_env(cache_dir=opt('cache_dir'), workers=opt('workers'), device=opt('device'),
+    return context_from_env(cache_dir=opt('cache_dir'), workers=opt('workers'), device=opt('device'), stream=opt('stream') or None,
                             progress=None if opt('quiet') is None else not opt('quiet'), **settings)

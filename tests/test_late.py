@@ -184,7 +184,7 @@ def test_late_retriever_minilm_ranks_right_doc_first(tmp_path):
     assert r.index_bytes == sum(len(m) for m in mats) * 384 * 4
     r2 = make_retriever('late', cache_dir=tmp_path)
     r2.index(units, progress=False)
-    assert (r2.cache.hits, r2.cache.misses) == (5, 0)                   # token matrices came from disk
+    assert (r2.store.loaded, r2.store.built, r2.cache.hits, r2.cache.misses) == (1, 0, 0, 0)   # the saved index came from disk
     for q in qs:
         assert r2.search([q], k=5).ranking(q.id) == run.ranking(q.id)
     with pytest.raises(ValueError, match='OCR them first'):

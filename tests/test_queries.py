@@ -176,7 +176,7 @@ def test_import_review_keep_edit_drop(tmp_path, papers):
     assert (s['n_in'], s['n_out'], s['keep'], s['edit'], s['drop']) == (4, 3, 2, 1, 1)
     out = {q.id: q for q in load_queries(tmp_path / 'out.jsonl', known_doc_ids=[p.id for p in papers], levels=(0,))}
     assert set(out) == {'q0', 'q1', 'q3'}
-    assert out['q1'].text == 'A better question?' and out['q1'].meta['flags'] == ['edited'] and out['q0'].text == 'question 0?'
+    assert out['q1'].text == 'A better question?' and out['q1'].meta['flags'] == ['edited', 'needs_rephrase'] and out['q0'].text == 'question 0?'
     (tmp_path / 'bad.csv').write_text('id,decision,edited_query\nq0,keep,\nq1,edit,\n')
     with pytest.raises(ValueError, match=r"bad\.csv, line 3: query 'q1': 'edit' needs the edited text"):
         import_review(tmp_path / 'q.jsonl', tmp_path / 'bad.csv', tmp_path / 'x.jsonl')

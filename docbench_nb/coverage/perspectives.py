@@ -174,6 +174,7 @@ def _perspective_query(n, d, probs):
         if not ok: probs.append((n, f"query {short_repr(qid)}: metadata field {f!r} has the wrong type ({short_repr(md.get(f))})"))
     return None if len(probs) > bad else (qid, d['text'], md)
 
+# %% ../../nbs/06_coverage/00_perspectives.ipynb #37c4ff0b
 def read_perspective_beir(dir, split: str = 'test', limits=None) -> tuple:
     """`(corpus {doc_id: text}, queries)` from a folder `write_perspective_beir` wrote. Files are resolved inside `dir` and
     read under `limits` (`evaluation.formats`' reader policy); `DataFileError` names each bad file and line; judgments below 1 are

@@ -249,6 +249,7 @@ def _positive_text(q: PerspectiveQuery, corpus: Optional[dict], rng) -> str:
     rng.shuffle(parts)
     return ' ; '.join(parts)
 
+# %% ../../nbs/06_coverage/01_spin.ipynb #768c7f24
 def finetune_encoder(queries: Sequence[PerspectiveQuery], out_dir, base: Optional[str] = None, epochs: int = 3, lr: float = 3e-5,
                      batch_size: int = 16, train_layers: int = 2, temperature: float = 0.05, seed: int = 0, progress: bool = True,
                      corpus: Optional[dict] = None) -> HFTextEncoder:

@@ -13,6 +13,7 @@ from ..cache import cache_root
 from ..latex.corpus import load_papers, corpus_sources, corpus_notes, printable
 from ..retrieval.represent import represent, REPRESENTATIONS, make_describer, takes_describer
 from ..retrieval.registry import make_retriever, default_chunk_size
+from ..retrieval.unit_shards import shard_units
 from .formats import load_queries
 from .metrics import score_run
 from .result import Result, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
@@ -46,16 +47,21 @@ def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DE
                    warnings=(), **settings) -> Result:
     """The step every evaluation ends in — paper task, page task, grid rows, Ray, a dataset imported from another
     benchmark: index `units` with `retriever` (a spec or a built retriever), run `queries`, score with `score_run`
-    at k. `config` is merged into the result's; `settings` are `RunContext` fields (`cache_dir=`, `progress=`, ...)."""
+    at k. `units` may be `retrieval.unit_shards.UnitShards` (a streamed run): a retriever with `index_shards` builds from
+    them shard by shard; any other reads them into one list, and the result's warnings say so. `config` is merged into
+    the result's; `settings` are `RunContext` fields (`cache_dir=`, `progress=`, ...)."""
     ctx = run_context(ctx, **settings)
     if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
     if not units: raise ValueError("evaluate_units: no units to index")
     if not queries: raise ValueError("evaluate_units: no queries")
     timings, t = {}, time.time()
-    ret = make_retriever(retriever, ctx=ctx)
-    ret.index(list(units), progress=ctx.progress)
+    ret, warnings = make_retriever(retriever, ctx=ctx), list(warnings)
+    if hasattr(units, 'batches') and hasattr(ret, 'index_shards'): ret.index_shards(units, progress=ctx.progress, workers=ctx.workers)
+    elif hasattr(units, 'batches'):                     # unit shards, a retriever that indexes from memory: said
+        warnings.append(f"{getattr(ret, 'name', type(ret).__name__)} indexes from memory: the {len(units)} units of the shards were read into one list")
+        ret.index(units.units(), progress=ctx.progress)
+    else: ret.index(list(units), progress=ctx.progress)
     timings['index_s'] = time.time() - t; t = time.time()
-    warnings = list(warnings)
     if ret.dropped: warnings.append(f"{len(ret.dropped)} of {len(units)} units had no text after OCR and were not indexed")
     run = ret.search(list(queries), k=k)
     timings['search_s'] = time.time() - t; t = time.time()
@@ -65,7 +71,8 @@ def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DE
     cfg = dict(config or {})
     cfg.setdefault('retriever', retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__))
     cfg.setdefault('k', k)
-    return Result.from_dict({'config': cfg, 'n_docs': n_docs if n_docs is not None else len({u.doc_id for u in units}),
+    n_docs = n_docs if n_docs is not None else units.n_docs if hasattr(units, 'n_docs') else len({u.doc_id for u in units})
+    return Result.from_dict({'config': cfg, 'n_docs': n_docs,
                              'n_units': len(units), 'n_queries': len(queries), 'index_bytes': int(ret.index_bytes),
                              'warnings': warnings, **{key: res[key] for key in ('overall', 'by_evidence_type', 'by_level')},
                              'per_query': res['per_query'], 'timings': timings, 'run': run})
@@ -78,15 +85,30 @@ def _query_reader(queries, levels):
     qs = [q for q in queries if q.level in set(levels)]
     return lambda known=None: qs
 
-def _load_corpus(corpus, read, ctx, warns):
-    "`(papers, errors, sources)`: sources chosen with the queries' gold ids, what is no paper said, gold ids checked, then parsed."
+def _sources(corpus, read, warns) -> list:
+    "The corpus's sources, chosen with the queries' gold ids; what is no paper said; gold ids checked before any parsing."
     srcs = corpus_sources(corpus, {d for q in read() for d in q.doc_ids})
     if isinstance(corpus, (str, os.PathLike)):          # what the corpus folder holds that is no paper: said, and recorded
         warns += [f"skipped {p}: {why}" for p, why in latex.unsupported_entries(corpus, srcs)]
     read({printable(latex.paper_id_from_path(s)) for s in srcs})          # an unknown gold id fails here, before parsing
+    return srcs
+
+def _load_corpus(corpus, read, ctx, warns):
+    "`(papers, errors, sources)`: the sources (`_sources`), parsed."
+    srcs = _sources(corpus, read, warns)
     papers, errors = load_papers(srcs, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers,
                                  time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
     return papers, errors, srcs
+
+# %% ../../nbs/04_evaluation/06_core.ipynb #c5d5e809
+def _check_stream(ctx, task, papers) -> tuple:
+    """`(ctx, note)`: a streamed run refused where it cannot be done (the page task), or turned off with a note where
+    there is nothing to stream (the papers were given in memory, as `grid`, `demo` and `reproduce` give them)."""
+    if not ctx.stream: return ctx, None
+    if task == 'page': raise ValueError("stream (--stream or $DOCBENCH_STREAM): the page task maps every paper's pages before it "
+                                        "represents any, so it is not streamed; run it without stream")
+    if papers is not None: return ctx.replace(stream=False), "stream (--stream or $DOCBENCH_STREAM) not used: the papers were given in memory"
+    return ctx, None
 
 # %% ../../nbs/04_evaluation/06_core.ipynb #642c9e4c
 def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=DEFAULT_RETRIEVER, chunk_size=None, overlap=0,
@@ -102,6 +124,8 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     ctx = run_context(ctx, max_pixels=kw.get('max_pixels'), **settings)
     if ctx.max_pixels != DEFAULT_MAX_PIXELS: kw['max_pixels'] = ctx.max_pixels      # the representation's budget too
     timings, t, warns, desc = {}, time.time(), [], None
+    ctx, stream_note = _check_stream(ctx, task, papers)
+    if stream_note: warns.append(stream_note)
     if representation not in REPRESENTATIONS:        # before any parsing or model loading
         raise ValueError(f"unknown representation {representation!r}; expected one of {sorted(REPRESENTATIONS)}")
     if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
@@ -111,10 +135,17 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     elif describer is not None:
         warns.append(f"describer {getattr(describer, 'name', describer)!r} ignored: representation {representation!r} has no figure descriptions")
     ret = make_retriever(retriever, ctx=ctx)
-    read, srcs, errors = _query_reader(queries, levels), None, []
-    if papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
-    warns += corpus_notes(papers, errors)
-    timings['parse_s'] = time.time() - t
+    read, srcs, errors, sc = _query_reader(queries, levels), None, [], None
+    if chunk_size is None: chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')
+    else: chunk_size, chunk_from = int(chunk_size), 'given'
+    if ctx.stream:                                   # parse + represent a batch at a time into unit shards (cached)
+        srcs = _sources(corpus, read, warns)
+        sc = shard_units(srcs, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap, ctx=ctx, **kw)
+        papers, errors = sc.paper_records(), sc.errors
+        warns += sc.notes()
+    elif papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
+    if not sc: warns += corpus_notes(papers, errors)
+    timings['shards_s' if sc else 'parse_s'] = time.time() - t
     if not papers: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
     qs = read({p.id for p in papers})
     training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
@@ -122,17 +153,15 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
         maps = maps if maps is not None else page_maps(papers, map_timeout, ctx=ctx)
         qs, qrep = page_queries(qs, maps)
         if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
-    if chunk_size is None: chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')
-    else: chunk_size, chunk_from = int(chunk_size), 'given'
     t = time.time()
-    rep = represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
-                    progress=ctx.progress, cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
-    units, n_docs, warns = rep.units, len(papers), warns + rep.all_warnings()
+    rep = sc or represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
+                          progress=ctx.progress, cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
+    units, n_docs, warns = (sc.shards if sc else rep.units), len(papers), warns + rep.all_warnings()
     if task == 'page':
         units, urep = to_page_units(units, maps)
         n_docs = sum(maps[p.id].n_pages for p in papers if p.id in maps and not getattr(maps[p.id], 'error', None))
         if urep['n_unplaced_units']: warns.append(f"{urep['n_unplaced_units']} of {urep['n_units']} units have no page and were left out")
-    timings['represent_s'] = time.time() - t
+    if not sc: timings['represent_s'] = time.time() - t
     if ret.window and chunk_size > ret.window:
         warns.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "
                      f"the first {ret.window} tokens of each chunk")
@@ -142,13 +171,16 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
               'retriever': retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__),
               'chunk_size': chunk_size, 'chunk_size_from': chunk_from, 'overlap': overlap, 'k': k,
               **{key: v for key, v in kw.items() if key != 'describer'}}
-    res = evaluate_units(units, qs, ret, k, ctx=ctx, config=config, n_docs=n_docs, warnings=warns)
+    try: res = evaluate_units(units, qs, ret, k, ctx=ctx, config=config, n_docs=n_docs, warnings=warns)
+    finally:
+        if sc: sc.cleanup()
     res.timings = {**timings, **res.timings, 'peak_rss_mb': _peak_rss_mb()}
     res.parse_errors = [e.to_dict() for e in errors]
     sources = [os.path.abspath(x) for x in srcs] if srcs is not None else None       # resolved: reproducible from any folder
     res.extra['provenance'] = provenance(papers, queries if isinstance(queries, (str, os.PathLike)) else qs, ret, sources=sources,
                                          context={'levels': list(levels), 'workers': ctx.workers, 'device': ctx.device,
-                                                  'cache_dir': str(cache_root(ctx.cache_dir))})
+                                                  'cache_dir': str(cache_root(ctx.cache_dir)),
+                                                  **({'stream': {'shards': len(sc.shards.shards), 'cached': sc.cached}} if sc else {})})
     if training: res.extra['training'] = training
     if rep.render_paths: res.extra['render_paths'] = rep.render_path_counts()
     if task == 'page':

@@ -18,30 +18,112 @@ from .page_task import page_doc_id, page_maps, page_qrels, page_queries
 from ..context import DEFAULT_MAX_PIXELS  # the CLI's default page budget
 
 # %% auto #0
-__all__ = ['IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'write_config', 'dataset_card', 'page_records', 'export_beir',
-           'export_benchmark', 'import_beir', 'cmd_export', 'cmd_evaluate_dataset', 'add_export_parsers']
+__all__ = ['MAX_SHARD_BYTES', 'IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'ShardWriter', 'write_config', 'dataset_card',
+           'iter_page_records', 'page_records', 'export_beir', 'export_benchmark', 'import_beir', 'cmd_export',
+           'cmd_evaluate_dataset', 'add_export_parsers']
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #ef5466d0
 _ARROW = {'string': 'string', 'int64': 'int64', 'float64': 'float64'}
+MAX_SHARD_BYTES = 256 * 10**6        # default bound of one Parquet shard (CLI: --max-shard-mb 256)
 
 def _arrow_type(kind):
     import pyarrow as pa
     if kind == 'image': return pa.struct([('bytes', pa.binary()), ('path', pa.string())])
     return getattr(pa, _ARROW[kind])()
 
-def write_config(out, config: str, columns: dict, types: dict, split: str = 'test') -> Path:
-    "Write `columns` ({name: list}) typed by `types` ({name: 'string'|'int64'|'float64'|'image'}) as config `config`."
-    import pyarrow as pa, pyarrow.parquet as pq
+def _schema(columns, types: dict):
+    "The Arrow schema of `columns` typed by `types`, the `datasets` features in its metadata."
+    import pyarrow as pa
+    feats = {c: ({'_type': 'Image'} if t == 'image' else {'dtype': t, '_type': 'Value'}) for c, t in types.items()}
+    return pa.schema([(c, _arrow_type(types[c])) for c in columns],
+                     metadata={'huggingface': json.dumps({'info': {'features': {c: feats[c] for c in columns}}})})
+
+def _cell_bytes(v) -> int:
+    "Estimated encoded size of one cell: its bytes or UTF-8 characters plus a length prefix (8 for a number)."
+    if v is None: return 1
+    if isinstance(v, dict): return sum(_cell_bytes(x) for x in v.values())
+    if isinstance(v, (bytes, bytearray)): return len(v) + 4
+    if isinstance(v, str): return len(v.encode('utf-8', 'surrogatepass')) + 4
+    return 8
+
+# %% ../../nbs/04_evaluation/09_export.ipynb #sh4rdw01
+class ShardWriter:
+    """Rows of config `config` (columns typed by `types`) written as they come into `out/CONFIG/` shards of at most
+    `max_shard_bytes` of data each (None: one shard), in row groups of at most about `row_group_bytes`."""
+    def __init__(self, out, config: str, types: dict, split: str = 'test', max_shard_bytes: Optional[int] = MAX_SHARD_BYTES,
+                 row_group_bytes: Optional[int] = None):
+        if max_shard_bytes is not None and (not isinstance(max_shard_bytes, int) or max_shard_bytes < 1):
+            raise ValueError(f"export: max_shard_bytes must be a positive integer or None, got {short_repr(max_shard_bytes)}")
+        self.dir, self.config, self.split, self.max = Path(out) / config, config, split, max_shard_bytes
+        self.row_group_bytes = int(row_group_bytes or min(32 << 20, max(1, (max_shard_bytes or 128 << 20) // 4)))
+        self.cols, self.schema = list(types), _schema(list(types), types)
+        self.n_rows, self.row_groups = 0, []             # rows added; row groups per shard
+        self._rows, self._buf, self._tmp, self._writer, self._sink = [], 0, [], None, None
+
+    def __repr__(self): return f"ShardWriter({self.config!r}, rows={self.n_rows}, shards={len(self._tmp)}, max_shard_bytes={self.max})"
+
+    def add(self, row: dict):
+        "Queue one row ({column: value}; missing columns are null); a full row group is written at once."
+        self._rows.append([row.get(c) for c in self.cols]); self.n_rows += 1
+        self._buf += sum(_cell_bytes(v) for v in self._rows[-1])
+        if self._buf >= self.row_group_bytes: self._flush()
+        return self
+
+    def _flush(self):
+        import pyarrow as pa
+        if not self._rows: return
+        if self._writer is not None and self.max is not None and self._sink.tell() + self._buf > self.max: self._close_shard()
+        if self._writer is None: self._open_shard()
+        self._writer.write_table(pa.table({c: pa.array([r[i] for r in self._rows], type=self.schema.field(c).type)
+                                           for i, c in enumerate(self.cols)}, schema=self.schema))
+        self.row_groups[-1] += 1
+        self._rows, self._buf = [], 0
+
+    def _open_shard(self):
+        import pyarrow as pa, pyarrow.parquet as pq
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._tmp.append(self.dir / f'.{self.split}-{len(self._tmp):05d}.parquet.tmp'); self.row_groups.append(0)
+        self._sink = pa.OSFile(str(self._tmp[-1]), 'wb')
+        self._writer = pq.ParquetWriter(self._sink, self.schema)
+
+    def _close_shard(self):
+        w, s, self._writer, self._sink = self._writer, self._sink, None, None
+        try: w.close()
+        finally: s.close()
+
+    def close(self) -> list:
+        "Write what is queued, close the last shard and name the shards `SPLIT-0000i-of-0000n.parquet`; their paths."
+        self._flush()
+        if not self._tmp:                                 # no row at all: one empty shard that still holds the schema
+            import pyarrow as pa
+            self._open_shard(); self._writer.write_table(self.schema.empty_table())
+        if self._writer is not None: self._close_shard()
+        n, out = len(self._tmp), []
+        for i, t in enumerate(self._tmp):
+            f = self.dir / f'{self.split}-{i:05d}-of-{n:05d}.parquet'
+            t.replace(f); out.append(f)
+        self._tmp = []
+        return out
+
+    def abort(self):
+        "Drop every shard not yet named (an export that fails leaves no shard behind)."
+        if self._writer is not None:
+            try: self._close_shard()
+            except Exception: pass
+        for t in self._tmp: t.unlink(missing_ok=True)
+        self._tmp, self._rows = [], []
+
+def write_config(out, config: str, columns: dict, types: dict, split: str = 'test', max_shard_bytes: Optional[int] = None):
+    """Write `columns` ({name: list}) typed by `types` ({name: 'string'|'int64'|'float64'|'image'}) as config `config`:
+    the one shard's path (`max_shard_bytes=None`), else the list of shards."""
     n = {len(v) for v in columns.values()}
     if len(n) > 1: raise ValueError(f"config {config!r}: columns differ in length {sorted(n)}")
-    feats = {c: ({'_type': 'Image'} if t == 'image' else {'dtype': t, '_type': 'Value'}) for c, t in types.items()}
-    schema = pa.schema([(c, _arrow_type(types[c])) for c in columns],
-                       metadata={'huggingface': json.dumps({'info': {'features': {c: feats[c] for c in columns}}})})
-    table = pa.table({c: pa.array(v, type=schema.field(c).type) for c, v in columns.items()}, schema=schema)
-    f = Path(out) / config / f'{split}-00000-of-00001.parquet'
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix('.parquet.tmp'); pq.write_table(table, tmp); tmp.replace(f)
-    return f
+    w = ShardWriter(out, config, {c: types[c] for c in columns}, split, max_shard_bytes)
+    try:
+        for i in range(next(iter(n), 0)): w.add({c: v[i] for c, v in columns.items()})
+        files = w.close()
+    except BaseException: w.abort(); raise
+    return files[0] if max_shard_bytes is None else files
 
 def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benchmark', about: str = '', files: Optional[dict] = None) -> str:
     "README.md with the YAML header declaring `configs` ({name: {column: type}}) as `datasets` reads it; `files` ({name: [path]}): the exact shards."
@@ -56,11 +138,11 @@ def dataset_card(configs: dict, split: str = 'test', title: str = 'docbench benc
     return '\n'.join(y + ['---', '', f'# {title}', '', about, ''])
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #74c246a1
-def page_records(papers, maps: dict, timeout: float = 120, with_images: bool = True, *, ctx: Optional[RunContext] = None,
-                 **settings) -> list:
-    """One dict per page of `papers`: `corpus-id`, `doc-id`, `page`, `image` (a PNG path or None, rendered at the run's
-    pixel budget into its cache), `text`, `render_path`, `method`."""
-    ctx, out = run_context(ctx, **settings), []
+def iter_page_records(papers, maps: dict, timeout: float = 120, with_images: bool = True, *, ctx: Optional[RunContext] = None,
+                      **settings):
+    """One dict per page of `papers`, paper by paper (each rendered when its turn comes): `corpus-id`, `doc-id`, `page`,
+    `image` (a PNG path or None, rendered at the run's pixel budget into its cache), `text`, `render_path`, `method`."""
+    ctx = run_context(ctx, **settings)
     for p in papers:
         pm = maps.get(p.id)
         text = {} if pm is None or getattr(pm, 'error', None) else dict(pm.page_text)
@@ -68,11 +150,15 @@ def page_records(papers, maps: dict, timeout: float = 120, with_images: bool = T
         imgs = list(r.pages) if r is not None else []
         n_pages = max([len(imgs), getattr(pm, 'n_pages', 0) if pm is not None else 0] + list(text))
         for n in range(1, n_pages + 1):
-            out.append({'corpus-id': page_doc_id(p.id, n), 'doc-id': p.id, 'page': n,
-                        'image': imgs[n - 1] if n <= len(imgs) else None, 'text': text.get(n, ''),
-                        'render_path': r.path if r is not None else (pm.render_path if pm is not None else None),
-                        'method': pm.method if pm is not None else 'none'})
-    return out
+            yield {'corpus-id': page_doc_id(p.id, n), 'doc-id': p.id, 'page': n,
+                   'image': imgs[n - 1] if n <= len(imgs) else None, 'text': text.get(n, ''),
+                   'render_path': r.path if r is not None else (pm.render_path if pm is not None else None),
+                   'method': pm.method if pm is not None else 'none'}
+
+def page_records(papers, maps: dict, timeout: float = 120, with_images: bool = True, *, ctx: Optional[RunContext] = None,
+                 **settings) -> list:
+    "`iter_page_records` as a list."
+    return list(iter_page_records(papers, maps, timeout, with_images, ctx=ctx, **settings))
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #8542f40b
 def _image_cell(path):
@@ -91,54 +177,77 @@ def _check_ids(kind, ids):
         if not isinstance(i, str) or not i.strip() or any(c in i for c in '\t\n\r'):
             raise ValueError(f"export: {kind} id {short_repr(i)} cannot be exported (empty, not a string, or holds a tab or line break)")
 
-def export_beir(out, pages: Sequence[dict], queries: Sequence[Query], qrels: dict, papers=(), paper_qrels: Optional[dict] = None,
-                qrel_methods: Optional[dict] = None, split: str = 'test', jsonl: bool = True, force: bool = False) -> dict:
-    """Write the dataset (see the table above) into `out` (refused when it is not empty, unless `force`). `qrels`: page
-    level {qid: {page id: score}}; `paper_qrels` (default: each query's judgments, graded when it is); `qrel_methods` {qid: method}."""
+_TYPES = {'corpus': {'corpus-id': 'string', 'image': 'image', 'text': 'string', 'doc-id': 'string', 'page': 'int64',
+                     'render_path': 'string', 'method': 'string'},
+          'queries': {'query-id': 'string', 'query': 'string', 'level': 'int64', 'group-id': 'string', 'evidence-type': 'string'},
+          'qrels': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64', 'method': 'string'},
+          'papers': {'corpus-id': 'string', 'title': 'string', 'text': 'string'},
+          'qrels-paper': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64'}}
+
+def _write_corpus(w: ShardWriter, pages, jsonl: bool) -> tuple:
+    "Stream `pages` into `w`: (page ids in order, paper ids, images written, {page id: JSONL record} or None)."
+    ids, seen, docs, n_images, texts = [], set(), set(), 0, ({} if jsonl else None)
+    for r in pages:
+        cid = r['corpus-id']; _check_ids('page', [cid]); _check_ids('paper', [r['doc-id']])
+        if cid in seen: raise ValueError(f"export: duplicate page id {short_repr(cid)} in the corpus")
+        seen.add(cid); ids.append(cid); docs.add(r['doc-id']); n_images += r['image'] is not None
+        w.add({c: (_image_cell(r['image']) if c == 'image' else r.get(c)) for c in w.cols})
+        if jsonl: texts[cid] = {'title': '', 'text': r['text'], 'doc-id': r['doc-id'], 'page': r['page']}
+    return ids, docs, n_images, texts
+
+# %% ../../nbs/04_evaluation/09_export.ipynb #sh4rdex1
+def _export(out, pages, queries, qrels: dict, papers, paper_qrels, qrel_methods, split, jsonl, force, max_shard_bytes,
+            drop_unknown: bool) -> tuple:
+    "`export_beir`'s work: (summary, queries whose page qrels all named pages not in the corpus, when `drop_unknown`)."
     _check_out(out, force)
-    papers = list(papers)
-    _check_ids('query', [q.id for q in queries]); _check_ids('page', [r['corpus-id'] for r in pages])
-    _check_ids('paper', [r['doc-id'] for r in pages] + [p.id for p in papers])
+    papers, queries = list(papers), list(queries)
+    _check_ids('query', [q.id for q in queries]); _check_ids('paper', [p.id for p in papers])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    ids = [r['corpus-id'] for r in pages]
-    if len(set(ids)) != len(ids): raise ValueError("export: duplicate page ids in the corpus")
-    known = set(ids)
-    missing = sorted({d for r in qrels.values() for d in r if d not in known})
-    if missing: raise ValueError(f"export: page qrels name {len(missing)} pages not in the corpus, e.g. {missing[:3]}")
-    T = {'corpus': {'corpus-id': 'string', 'image': 'image', 'text': 'string', 'doc-id': 'string', 'page': 'int64',
-                    'render_path': 'string', 'method': 'string'},
-         'queries': {'query-id': 'string', 'query': 'string', 'level': 'int64', 'group-id': 'string', 'evidence-type': 'string'},
-         'qrels': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64', 'method': 'string'},
-         'papers': {'corpus-id': 'string', 'title': 'string', 'text': 'string'},
-         'qrels-paper': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64'}}
-    write_config(out, 'corpus', {c: [(_image_cell(r['image']) if c == 'image' else r.get(c)) for r in pages] for c in T['corpus']}, T['corpus'], split)
-    write_config(out, 'queries', {'query-id': [q.id for q in queries], 'query': [q.text for q in queries], 'level': [q.level for q in queries],
-                                  'group-id': [q.group_id or q.id for q in queries], 'evidence-type': [q.evidence_type for q in queries]}, T['queries'], split)
-    qr = [(q, d, s) for q, r in qrels.items() for d, s in r.items()]
-    write_config(out, 'qrels', {'query-id': [x[0] for x in qr], 'corpus-id': [x[1] for x in qr], 'score': [int(x[2]) for x in qr],
-                                'method': [(qrel_methods or {}).get(x[0]) for x in qr]}, T['qrels'], split)
-    paper_qrels = paper_qrels if paper_qrels is not None else {q.id: q.judgments() for q in queries if q.doc_ids}   # graded when the query is
-    pr = [(q, d, s) for q, r in paper_qrels.items() for d, s in r.items()]
-    write_config(out, 'qrels-paper', {'query-id': [x[0] for x in pr], 'corpus-id': [x[1] for x in pr], 'score': [int(x[2]) for x in pr]},
-                 T['qrels-paper'], split)
-    write_config(out, 'papers', {'corpus-id': [p.id for p in papers], 'title': [p.title for p in papers], 'text': [p.text for p in papers]},
-                 T['papers'], split)
-    about = (f"Exported by docbench: {len(pages)} pages of {len({r['doc-id'] for r in pages})} papers, {len(queries)} queries, "
+    ws = {c: ShardWriter(out, c, t, split, max_shard_bytes) for c, t in _TYPES.items()}
+    try:
+        ids, docs, n_images, texts = _write_corpus(ws['corpus'], pages, jsonl)
+        known, lost = set(ids), []
+        missing = sorted({d for r in qrels.values() for d in r if d not in known})
+        if missing and not drop_unknown: raise ValueError(f"export: page qrels name {len(missing)} pages not in the corpus, e.g. {missing[:3]}")
+        if missing:
+            cut = {q: {d: s for d, s in r.items() if d in known} for q, r in qrels.items()}
+            lost, qrels = sorted(q for q, r in cut.items() if not r), {q: r for q, r in cut.items() if r}
+        for q in queries: ws['queries'].add({'query-id': q.id, 'query': q.text, 'level': q.level, 'group-id': q.group_id or q.id,
+                                             'evidence-type': q.evidence_type})
+        qr = [(q, d, s) for q, r in qrels.items() for d, s in r.items()]
+        for q, d, s in qr: ws['qrels'].add({'query-id': q, 'corpus-id': d, 'score': int(s), 'method': (qrel_methods or {}).get(q)})
+        paper_qrels = paper_qrels if paper_qrels is not None else {q.id: q.judgments() for q in queries if q.doc_ids}   # graded when the query is
+        pr = [(q, d, s) for q, r in paper_qrels.items() for d, s in r.items()]
+        for q, d, s in pr: ws['qrels-paper'].add({'query-id': q, 'corpus-id': d, 'score': int(s)})
+        for p in papers: ws['papers'].add({'corpus-id': p.id, 'title': p.title, 'text': p.text})
+        files = {c: [f.relative_to(out).as_posix() for f in w.close()] for c, w in ws.items()}
+    except BaseException:
+        for w in ws.values(): w.abort()
+        raise
+    about = (f"Exported by docbench: {len(ids)} pages of {len(docs)} papers, {len(queries)} queries, "
              f"{len(qr)} page-level and {len(pr)} paper-level judgments. Page ids are `PAPER#pN` (1-based).")
-    atomic_write(out / 'README.md', dataset_card(T, split, about=about, files={c: [f'{c}/{split}-00000-of-00001.parquet'] for c in T}))
+    atomic_write(out / 'README.md', dataset_card(_TYPES, split, about=about, files=files))
     if jsonl:
-        write_beir(out / 'jsonl' / 'pages', {r['corpus-id']: {'title': '', 'text': r['text'], 'doc-id': r['doc-id'], 'page': r['page']} for r in pages},
-                   list(queries), qrels, split)
-        write_beir(out / 'jsonl' / 'papers', {p.id: {'title': p.title, 'text': p.text} for p in papers}, list(queries), paper_qrels, split)
-    return {'out': str(out), 'n_pages': len(pages), 'n_images': sum(r['image'] is not None for r in pages), 'n_papers': len(papers),
-            'n_queries': len(queries), 'n_page_qrels': len(qr), 'n_paper_qrels': len(pr)}
+        write_beir(out / 'jsonl' / 'pages', texts, queries, qrels, split)
+        write_beir(out / 'jsonl' / 'papers', {p.id: {'title': p.title, 'text': p.text} for p in papers}, queries, paper_qrels, split)
+    return {'out': str(out), 'n_pages': len(ids), 'n_images': n_images, 'n_papers': len(papers), 'n_queries': len(queries),
+            'n_page_qrels': len(qr), 'n_paper_qrels': len(pr), 'shards': {c: len(f) for c, f in files.items()}}, lost
+
+def export_beir(out, pages, queries: Sequence[Query], qrels: dict, papers=(), paper_qrels: Optional[dict] = None,
+                qrel_methods: Optional[dict] = None, split: str = 'test', jsonl: bool = True, force: bool = False,
+                max_shard_bytes: Optional[int] = MAX_SHARD_BYTES) -> dict:
+    """Write the dataset (see the table above) into `out` (refused when it is not empty, unless `force`). `pages`: page
+    records (a list or a generator, read once); `qrels`: page level {qid: {page id: score}}; `paper_qrels` (default:
+    each query's judgments, graded when it is); `qrel_methods` {qid: method}; `max_shard_bytes`: the bound of one shard."""
+    return _export(out, pages, queries, qrels, papers, paper_qrels, qrel_methods, split, jsonl, force, max_shard_bytes, False)[0]
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #f133e99f
 def export_benchmark(corpus, queries, out, levels=(0, 1, 2, 3), papers=None, maps: Optional[dict] = None, timeout: float = 120,
-                     with_images: bool = True, force: bool = False, *, ctx: Optional[RunContext] = None, **settings) -> dict:
+                     with_images: bool = True, force: bool = False, max_shard_bytes: Optional[int] = MAX_SHARD_BYTES, *,
+                     ctx: Optional[RunContext] = None, **settings) -> dict:
     """Export `corpus` (folder/sources, or parsed `papers`) with the query file `queries` into `out` (see above), under the
-    run context `ctx` (or its fields: `cache_dir=`, `max_pixels=` for the page images, `progress=`). Queries whose
-    evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
+    run context `ctx` (or its fields: `cache_dir=`, `max_pixels=` for the page images, `progress=`), in shards of at most
+    `max_shard_bytes`. Queries whose evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
     errors, ctx = [], run_context(ctx, **settings)
     _check_out(out, force)                           # before any parsing or rendering
     if papers is None: papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
@@ -147,12 +256,9 @@ def export_benchmark(corpus, queries, out, levels=(0, 1, 2, 3), papers=None, map
           else [q for q in queries if q.level in set(levels)])
     maps = maps if maps is not None else page_maps(papers, timeout, ctx=ctx)
     pq = page_qrels(qs, maps)
-    pages = page_records(papers, maps, timeout, with_images, ctx=ctx)
-    known = {r['corpus-id'] for r in pages}
-    cut = {q: {d: s for d, s in r.items() if d in known} for q, r in pq['qrels'].items()}
-    lost = sorted(q for q, r in cut.items() if not r)
-    summary = export_beir(out, pages, qs, {q: r for q, r in cut.items() if r}, papers,
-                          qrel_methods={q: v['method'] for q, v in pq['placed'].items()}, force=force)
+    pages = iter_page_records(papers, maps, timeout, with_images, ctx=ctx)      # rendered and written paper by paper
+    summary, lost = _export(out, pages, qs, pq['qrels'], papers, None, {q: v['method'] for q, v in pq['placed'].items()},
+                            'test', True, force, max_shard_bytes, drop_unknown=True)
     summary.update(n_unplaced=len(pq['unplaced']) + len(lost), unplaced={**pq['unplaced'], **{q: 'pages not rendered' for q in lost}},
                    parse_errors=len(errors))
     atomic_write(Path(out) / 'export.json', json.dumps(summary, indent=1))
@@ -385,9 +491,10 @@ def cmd_export(args) -> int:
     if args.format != 'beir': raise ValueError(f"export: unknown --format {args.format!r} (only 'beir')")
     for p in (args.src, args.queries):
         if not Path(p).exists(): raise FileNotFoundError(f"no such file or folder: {p}")
+    if not args.max_shard_mb > 0: raise ValueError(f"export: --max-shard-mb must be positive, got {args.max_shard_mb}")
     _check_out(args.out, args.force)
     s = export_benchmark(args.src, args.queries, args.out, with_images=not args.no_images, force=args.force,
-                         ctx=context_from_args(args, max_pixels=args.max_pixels))
+                         max_shard_bytes=max(1, int(args.max_shard_mb * 10**6)), ctx=context_from_args(args, max_pixels=args.max_pixels))
     print(json.dumps({k: v for k, v in s.items() if k != 'unplaced'}))
     if s['n_unplaced']: print(f"{s['n_unplaced']} queries have no page-level qrels (paper level only): "
                               + ', '.join(sorted(s['unplaced'])[:10]), file=sys.stderr)
@@ -415,6 +522,8 @@ def add_export_parsers(sub):
     e.add_argument('--format', default='beir', help='beir (Parquet configs corpus/queries/qrels + JSONL)')
     e.add_argument('--max-pixels', type=int, default=DEFAULT_MAX_PIXELS, help='pixel budget of the page images')
     e.add_argument('--no-images', action='store_true', help='no page images (text only)')
+    e.add_argument('--max-shard-mb', type=float, default=MAX_SHARD_BYTES / 10**6,
+                   help=f'largest Parquet shard in MB (10^6 bytes; default {MAX_SHARD_BYTES // 10**6}): a config is split into numbered shards')
     e.set_defaults(fn=cmd_export)
     v = sub.add_parser('evaluate-dataset', help='evaluate a retriever on a BEIR-format dataset folder (e.g. an export, or ViDoRe saved locally)')
     v.add_argument('dataset', help='a BEIR-format folder: Parquet configs corpus/queries/qrels (ViDoRe layout) or corpus.jsonl/queries.jsonl/qrels/')

@@ -134,6 +134,7 @@ def corpus_notes(papers, errors=()) -> list:
     if len(papers) < 5: notes.append(f"the corpus has {len(papers)} paper(s): ranking among so few documents says little")
     return notes
 
+# %% ../../nbs/01_latex/07_corpus.ipynb #9227a250
 def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB):
     """Parse `srcs` (a list of sources, one folder of papers, or a mapping `{paper_id: source}`) with a per-paper cache,
     on `workers` processes (default: every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Ids and

@@ -85,6 +85,7 @@ def graphics_paths(text) -> list:
         out += [d.strip().strip('"') for d in dirs if d.strip()]
     return list(dict.fromkeys(out))
 
+# %% ../../nbs/01_latex/05_frontmatter.ipynb #5397bafe
 class ImageResolver:
     "Find the files behind `\\includegraphics` names in a source tree (see above)."
     def __init__(self, root, main_dir='', graphicspath=(), extra_dirs=()):

@@ -56,6 +56,7 @@ def _close_hbox(box, pts, nested, page, out, scale):
         prev = max(prev, x)
     for t, l, x0, x1 in segs: out.append((page, t, l, x0 * scale, top, x1 * scale, bot))
 
+# %% ../../nbs/02_pages/05_pagemap.ipynb #b868dd6d
 def read_synctex(path) -> SyncTeX:
     "Parse the `.synctex.gz` (or plain) file at `path` into a `SyncTeX`."
     opener = gzip.open if str(path).endswith('.gz') else open
@@ -184,6 +185,7 @@ def _find_latex(self, latex, start_after=None, max_chars=120):
     return a or b
 SourceIndex.find_latex = _find_latex
 
+# %% ../../nbs/02_pages/05_pagemap.ipynb #cbcb9ae8
 def _anchor(self, text, n=ANCHOR_N, max_hits=3):
     "`(file, a, b, hits, windows)`: the densest run of source lines holding `n`-word windows of `text` (cleaned), or None."
     if self._grams is None:

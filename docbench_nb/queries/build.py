@@ -5,6 +5,7 @@
 # %% ../../nbs/05_queries/05_build.ipynb #00ed286d
 from __future__ import annotations
 import json, random, re, sys, time, warnings
+from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 from ..cache import atomic_write, atomic_write_json
@@ -12,13 +13,17 @@ from .evidence import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES,
                                  read_query_records, write_query_records)
 from .bm25_filter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
 from .llm_stages import (_fp, _workers, generate_stage, decontextualize_stage, verify_stage, naturalize_stage, rephrase_stage,
-                              false_negative_stage)
-from .review import STAGES, attrition, attrition_table, review_html, import_review, write_attrition
+                              false_negative_stage, answer_check_stage)
+from .selection import (BudgetExceeded, Metered, TokenMeter, dedup_stage, estimate_calls, evidence_per_paper,
+                                           parse_quota, parse_round_trip, round_trip_stage, select_stage)
+from .review import (STAGES, attrition, attrition_table, review_html, write_attrition, add_review_commands,
+                                        decisions_csv)
+from .card import write_dataset_card, prompt_hashes
 from .calibration import JUDGED_STAGES, JudgeAccuracyError, calibrate, calibration_table, judge_problem
 
 # %% auto #0
-__all__ = ['select_papers', 'stage_costs', 'dropped_html', 'write_review', 'build_queries', 'rephrase_queries',
-           'check_false_negatives', 'add_queries_parser']
+__all__ = ['BUILD_STAGES', 'FN_MODES', 'select_papers', 'stage_costs', 'dropped_html', 'write_review', 'fn_mode', 'graded_record',
+           'write_final_queries', 'build_queries', 'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
 
 # %% ../../nbs/05_queries/05_build.ipynb #efd41770
 def _papers(corpus, cache_dir, papers, progress: bool = False):
@@ -53,11 +58,8 @@ def stage_costs(records, timings: dict) -> dict:
     return out
 
 def _decisions_template(drafts, path):
-    import csv, io
-    buf = io.StringIO(); w = csv.writer(buf)
-    w.writerow(['id', 'decision', 'edited_query', 'note'])
-    for d in drafts: w.writerow([d.id, 'keep', '', ''])
-    atomic_write(path, buf.getvalue())
+    "The decisions sheet to fill in: every query kept until a reviewer says otherwise (id, decision, edit, note, reviewer)."
+    atomic_write(path, decisions_csv([(d.id, 'keep', '', '', '') for d in drafts]))
 
 # %% ../../nbs/05_queries/05_build.ipynb #fdf4269e
 def dropped_html(records: Sequence[StageRecord]) -> str:
@@ -98,21 +100,60 @@ def _stage(name: str, fn, items: list, progress: bool, batch: int = 8) -> tuple:
             bar.update(len(items[s:s + batch])); bar.set_postfix(kept=len(kept), refresh=False)
     return kept, recs
 
+# %% ../../nbs/05_queries/05_build.ipynb #c166c741
+BUILD_STAGES = ('extract', 'generate', 'decontextualize', 'bm25', 'verify', 'naturalize', 'round_trip', 'answer_check', 'dedup',
+                'rephrase', 'false_negative', 'select')
+FN_MODES = ('keep-flag', 'drop', 'add-qrels')
+
+def fn_mode(fn: Optional[str] = None, drop_ambiguous: bool = False) -> str:
+    "The false-negative mode: `fn`, else `'drop'` for the older `drop_ambiguous=True`, else `'keep-flag'`."
+    if fn is None: return 'drop' if drop_ambiguous else 'keep-flag'
+    if fn not in FN_MODES: raise ValueError(f"fn must be one of {FN_MODES}, got {fn!r}")
+    if drop_ambiguous and fn != 'drop': raise ValueError(f"--drop-ambiguous is --fn drop; it contradicts --fn {fn}")
+    return fn
+
+def graded_record(d: Draft) -> dict:
+    """`d`'s query-file line with every paper the false-negative judge says also answers it (`also_answered_by:DOC`)
+    made relevant: `doc_ids` = gold first, then those papers; `grades` = gold 2 (the others default to 1)."""
+    rec = d.to_record()
+    also = [x for x in dict.fromkeys(f.split(':', 1)[1] for f in d.flags if f.startswith('also_answered_by:')) if x != d.doc_id]
+    if also: rec.update(doc_ids=[d.doc_id] + also, grades={d.doc_id: 2})
+    return rec
+
+def write_final_queries(drafts, path, fn: str = 'keep-flag') -> Path:
+    "The query file: `Draft.to_record` lines, or with `fn='add-qrels'` the graded lines of `graded_record`."
+    if fn != 'add-qrels': return write_query_records(drafts, path)
+    return atomic_write(path, ''.join(json.dumps(graded_record(d), ensure_ascii=False) + '\n' for d in drafts))
+
 # %% ../../nbs/05_queries/05_build.ipynb #7869972c
 def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2, bm25_k: int = 5, cache_dir=None,
                   drop_ambiguous: bool = False, top_n: int = 5, retries: int = 1, on_rephrase_fail: str = 'drop',
                   images: bool = False, papers=None, evidence_papers=None, progress: bool = False, judge=None,
-                  min_judge_accuracy: Optional[float] = None, calibration: bool = False) -> dict:
+                  min_judge_accuracy: Optional[float] = None, calibration: bool = False, fn: Optional[str] = None,
+                  round_trip: Optional[str] = None, answer_check: bool = False, target: Optional[int] = None, quota=None,
+                  oversample: float = 3.0, dedup: Optional[float] = None, prices: Optional[dict] = None, dry_run: bool = False,
+                  budget: Optional[int] = None, seed: int = 0) -> dict:
     """Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`.
     `judge` (default `llm`) answers the verify, rephrase-check and false-negative calls. With `min_judge_accuracy` (or
     `calibration`) the judge is first calibrated (`queries.calibration.calibrate`, cached); a judge whose balanced accuracy on
     any judged stage is below `min_judge_accuracy` stops the build with `JudgeAccuracyError`, before any paper is read.
     `evidence_papers` (a sample size or a list of ids) limits where evidence comes from; every paper of the corpus stays in
     the BM25 and false-negative index as a distractor. `progress`: a bar per stage, item by item (on stderr).
-    A `bm25_k` the corpus cannot meet (`bm25_filter.bm25_k_problem`) is warned about before any model call."""
+    A `bm25_k` the corpus cannot meet (`bm25_filter.bm25_k_problem`) is warned about before any model call.
+    Optional stages and set control (see above): `fn`, `round_trip` ('SPEC@K'), `answer_check`, `target` / `quota` /
+    `oversample` / `seed`, `dedup` (cosine threshold; 0.9 with a target, 0 switches it off). `dry_run`: extract the
+    evidence, write `dry_run.json` (calls and tokens per stage, `selection.estimate_calls`; money with `prices`) and
+    stop before any model call. `budget`: stop with `selection.BudgetExceeded` once that many tokens are spent (this
+    run's, cache hits free), after writing `budget.json`; a rerun resumes."""
+    fn = fn_mode(fn, drop_ambiguous)
+    if quota and target is None: raise ValueError("a quota needs a target (--target N)")
+    quotas = parse_quota(quota, target) if quota else {}
+    rt = parse_round_trip(round_trip) if round_trip else None
+    dedup = (0.9 if target else None) if dedup is None else (dedup or None)
+    meter = TokenMeter(budget)
     out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
     jd, calib = (llm if judge is None else judge), None
-    if min_judge_accuracy is not None or calibration:
+    if (min_judge_accuracy is not None or calibration) and not dry_run:
         calib = calibrate(jd, cache_dir=cache_dir, progress=progress)
         calib = {k: v for k, v in calib.items() if k != 'items'}
         atomic_write(out / 'calibration.md', calibration_table(calib))
@@ -124,43 +165,75 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
         else: warnings.warn(w, stacklevel=2)
     sources = select_papers(papers, evidence_papers)
-    evs, recs = _stage('extract', lambda ps: extract_evidence(ps, types=tuple(types), per_paper=per_paper, cache_dir=cache_dir),
-                       sources, progress, batch=1)
+    pp = evidence_per_paper(target, len(sources), tuple(types), quotas, oversample) if target else {t: per_paper for t in types}
+    def extract(ps):
+        got = [extract_evidence(ps, types=(t,), per_paper=n, cache_dir=cache_dir) for t, n in pp.items() if n]
+        return [e for g in got for e in g[0]], [r for g in got for r in g[1]]
+    evs, recs = _stage('extract', extract, sources, progress, batch=1)
     store.replace('extract', recs)
     atomic_write(out / 'evidence.jsonl', ''.join(json.dumps(e.to_dict(), ensure_ascii=False) + '\n' for e in evs))
     ev_by_id, all_recs, timings = {e.id: e for e in evs}, list(recs), {'extract': time.time() - t0}
+    if dry_run:
+        est = estimate_calls(evs, retries, top_n, answer_check, generator=_model(llm)['name'], judge=_model(jd)['name'], prices=prices)
+        atomic_write_json(out / 'dry_run.json', est, indent=1)
+        return {'dry_run': True, 'out_dir': str(out), 'n_papers': len(papers), 'n_evidence': len(evs), 'evidence_per_paper': pp,
+                'estimate': est, 'files': {'dry_run': str(out / 'dry_run.json')}}
+    llm, jd = Metered(llm, meter), (Metered(jd, meter) if jd is not llm else None)
+    jd = llm if jd is None else jd
     index = build_corpus_index(papers, cache_dir=cache_dir)
+    rt_index = None if rt is None else index if rt[0] == 'bm25' else build_corpus_index(papers, retriever=rt[0], cache_dir=cache_dir)
+    picked = {}
     steps = [('generate', lambda ds: generate_stage(ds, llm, store, images=images)),
              ('decontextualize', lambda ds: decontextualize_stage(ds, llm, store)),
              ('bm25', lambda ds: bm25_filter(ds, index, bm25_k)),
              ('verify', lambda ds: verify_stage(ds, ev_by_id, jd, store)),
              ('naturalize', lambda ds: naturalize_stage(ds, llm, store)),
-             ('rephrase', lambda ds: rephrase_stage(ds, llm, store, retries=retries, on_fail=on_rephrase_fail, judge=judge)),
-             ('false_negative', lambda ds: false_negative_stage(ds, index, jd, store, top_n=top_n, drop_ambiguous=drop_ambiguous))]
+             ('round_trip', (lambda ds: round_trip_stage(ds, rt_index, rt[1], rt[0])) if rt else None),
+             ('answer_check', (lambda ds: answer_check_stage(ds, ev_by_id, jd, store)) if answer_check else None),
+             ('dedup', (lambda ds: dedup_stage(ds, dedup)) if dedup else None),
+             ('rephrase', lambda ds: rephrase_stage(ds, llm, store, retries=retries, on_fail=on_rephrase_fail, judge=None if jd is llm else jd)),
+             ('false_negative', lambda ds: false_negative_stage(ds, index, jd, store, top_n=top_n, drop_ambiguous=fn == 'drop')),
+             ('select', (lambda ds: (lambda k, r, rep: (picked.update(rep) or k, r))(*select_stage(ds, target, quotas, seed))) if target else None)]
     drafts = evs                                             # generate reads the evidence; every later stage the drafts
     # items per stage call (the progress bar's step): one at a time for a serial model; for an endpoint, four times its
     # concurrency, so the stage's pool stays full (it drains only at the end of each call)
     bs = _workers(llm, jd)
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='--bm25-k')    # given once, above
-        for name, fn in steps:
-            t = time.time()
-            drafts, recs = _stage(name, fn, list(drafts), progress, batch=8 if name == 'bm25' else 1 if bs == 1 else 4 * bs)
+        whole = ('round_trip', 'dedup', 'select')         # stages that compare items: one call on all of them
+        for name, step in [x for x in steps if x[1] is not None]:
+            t, meter.stage = time.time(), name
+            try: drafts, recs = _stage(name, step, list(drafts), progress, batch=8 if name == 'bm25' else max(1, len(drafts)) if name in whole
+                                       else 1 if bs == 1 else 4 * bs)
+            except BudgetExceeded as e:
+                atomic_write_json(out / 'budget.json', {'budget': budget, 'spent': meter.spent, 'stopped_in': name,
+                                                        'spent_by_stage': meter.report(prices)}, indent=1)
+                raise BudgetExceeded(f"{e} ({out / 'budget.json'})") from None
             if name == 'bm25': store.replace('bm25', recs)
             all_recs += recs; timings[name] = time.time() - t
-    write_query_records(drafts, out / 'queries.jsonl')
+    write_final_queries(drafts, out / 'queries.jsonl', fn)
     atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
-    att = attrition(all_recs)
+    att = attrition(all_recs, BUILD_STAGES)
     att['cost'] = stage_costs(all_recs, timings)
-    att['models'] = {'generator': _model(llm), 'judge': _model(jd), 'judge_is_generator': jd is llm}
+    att['spent'] = meter.report(prices)
+    if budget is not None: att['budget'] = {'tokens': budget, 'spent': meter.spent}
+    share = lambda c: {t: round(n / max(1, sum(c.values())), 3) for t, n in c.items()}
+    ev_n, fin_n = Counter(e.evidence_type for e in evs), Counter(d.evidence_type for d in drafts)
+    att['set'] = {'evidence': dict(ev_n), 'final': {t: fin_n[t] for t in ev_n}, 'final_share': share({t: fin_n[t] for t in ev_n}),
+                  'evidence_per_paper': pp, 'target': target, 'quota': quotas, 'oversample': oversample if target else None,
+                  'selection': picked or None, 'dedup_threshold': dedup, 'round_trip': {'retriever': rt[0], 'k': rt[1]} if rt else None,
+                  'answer_check': answer_check, 'fn': fn}
+    att['models'] = {'generator': _model(llm.llm), 'judge': _model(jd.llm), 'judge_is_generator': jd is llm}
     att['calibration'] = calib
     if min_judge_accuracy is not None: att['min_judge_accuracy'] = min_judge_accuracy
+    att['settings'], att['prompts'] = {'bm25_k': bm25_k, 'top_n': top_n, 'retries': retries}, prompt_hashes()
     paths = write_attrition(att, out)
+    paths['card'] = str(write_dataset_card(out))
     write_review(drafts, ev_by_id, all_recs, out / 'review.html')
     _decisions_template(drafts, out / 'decisions.csv')
     return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),
             'n_dropped': sum(r.dropped and r.stage != 'extract' for r in all_recs), 'warnings': warns,
-            'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm, 'stats', {}) or {}),
+            'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm.llm, 'stats', {}) or {}),
             'judge': getattr(jd, 'name', type(jd).__name__), 'calibration': calib,
             'timings': timings, 'files': {'queries': str(out / 'queries.jsonl'), 'stages': str(out / 'stages.jsonl'),
             'review': str(out / 'review.html'), 'decisions': str(out / 'decisions.csv'), **paths,
@@ -181,13 +254,14 @@ def rephrase_queries(queries_file, llm, out_file, retries: int = 1, on_fail: str
     return {'n_in': len(drafts), 'n_out': len(kept), 'out_file': str(out_file), 'records_file': _write_records(recs, out_file)}
 
 def check_false_negatives(corpus, queries_file, llm, out_file, top_n: int = 5, drop_ambiguous: bool = False,
-                          cache_dir=None, papers=None, store_dir=None) -> dict:
-    "Judge, for each query of `queries_file`, whether the other top-`top_n` BM25 papers answer it; flag or drop."
+                          cache_dir=None, papers=None, store_dir=None, fn: Optional[str] = None) -> dict:
+    "Judge, for each query of `queries_file`, whether the other top-`top_n` BM25 papers answer it; flag, drop or add as graded qrels (`fn`)."
+    fn = fn_mode(fn, drop_ambiguous)
     drafts = read_query_records(queries_file)
     index = build_corpus_index(_papers(corpus, cache_dir, papers), cache_dir=cache_dir)
     kept, recs = false_negative_stage(drafts, index, llm, StageStore(store_dir) if store_dir else None, top_n=top_n,
-                                      drop_ambiguous=drop_ambiguous)
-    write_query_records(kept, out_file)
+                                      drop_ambiguous=fn == 'drop')
+    write_final_queries(kept, out_file, fn)
     return {'n_in': len(drafts), 'n_out': len(kept), 'n_ambiguous': sum('ambiguous' in d.flags for d in kept),
             'out_file': str(out_file), 'records_file': _write_records(recs, out_file)}
 
@@ -204,11 +278,22 @@ def _say(args, obj):
 def _cmd_build(args):
     ev = args.evidence_papers
     if ev is not None: ev = int(ev) if ev.strip().isdigit() else [x.strip() for x in ev.split(',') if x.strip()]
-    res = build_queries(args.corpus, _make_llm(args), args.out, types=[t.strip() for t in args.types.split(',') if t.strip()],
-                        per_paper=args.per_paper, bm25_k=args.bm25_k, cache_dir=getattr(args, 'cache_dir', None),
-                        drop_ambiguous=args.drop_ambiguous, top_n=args.top_n, evidence_papers=ev, on_rephrase_fail=args.on_rephrase_fail,
-                        progress=not getattr(args, 'quiet', False), judge=_make_llm(args, 'judge'),
-                        min_judge_accuracy=args.min_judge_accuracy, calibration=args.calibrate)
+    from docbench_nb.queries.selection import load_prices
+    try:
+        res = build_queries(args.corpus, _make_llm(args), args.out, types=[t.strip() for t in args.types.split(',') if t.strip()],
+                            per_paper=args.per_paper, bm25_k=args.bm25_k, cache_dir=getattr(args, 'cache_dir', None),
+                            drop_ambiguous=args.drop_ambiguous, top_n=args.top_n, evidence_papers=ev, on_rephrase_fail=args.on_rephrase_fail,
+                            progress=not getattr(args, 'quiet', False), judge=_make_llm(args, 'judge'),
+                            min_judge_accuracy=args.min_judge_accuracy, calibration=args.calibrate, fn=args.fn_mode,
+                            round_trip=args.round_trip, answer_check=args.answer_check, target=args.target, quota=args.quota,
+                            oversample=args.oversample, dedup=args.dedup, prices=load_prices(args.prices) if args.prices else None,
+                            dry_run=args.dry_run, budget=args.budget)
+    except BudgetExceeded as e:
+        print(f"docbench queries build: stopped: {e}", file=sys.stderr); return 3
+    if res.get('dry_run'):
+        import pandas as pd
+        if not getattr(args, 'quiet', False): print(pd.DataFrame(res['estimate']).T.drop(columns=['note'], errors='ignore').to_string())
+        return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence', 'evidence_per_paper', 'files')})
     if not getattr(args, 'quiet', False):
         import pandas as pd
         print(attrition_table(res['attrition']).to_string()); print(pd.DataFrame(res['attrition']['cost']).T.to_string())
@@ -225,8 +310,7 @@ def _cmd_rephrase(args):
                                        judge=_make_llm(args, 'judge')))
 def _cmd_check_fn(args):
     return _say(args, check_false_negatives(args.corpus, args.queries, _make_llm(args), args.out, args.top_n, args.drop_ambiguous,
-                                            getattr(args, 'cache_dir', None)))
-def _cmd_import(args): return _say(args, import_review(args.queries, args.decisions, args.out))
+                                            getattr(args, 'cache_dir', None), fn=args.fn_mode))
 
 def _cmd_calibrate(args):
     stages = tuple(s.strip() for s in args.stages.split(',') if s.strip())
@@ -245,7 +329,7 @@ def _cmd_calibrate(args):
 
 # %% ../../nbs/05_queries/05_build.ipynb #4592d121
 def add_queries_parser(sub):
-    "Add `queries build|filter|rephrase|check-fn|import-review|calibrate` to the argparse subparsers `sub`; returns the `queries` parser."
+    "Add `queries build|filter|rephrase|check-fn|import-review|review-sample|agreement|card|calibrate` to the argparse subparsers `sub`; returns the `queries` parser."
     qp = sub.add_parser('queries', help='build, filter, rephrase, check and review evidence-grounded queries')
     qs = qp.add_subparsers(dest='queries_cmd', required=True, metavar='STEP')
     llm_help = 'chat model: local (bundled SmolLM2) | local:FOLDER | openai:MODEL[@BASE_URL] (key from $OPENAI_API_KEY)'
@@ -260,7 +344,26 @@ def add_queries_parser(sub):
     b.add_argument('--bm25-k', type=int, default=5, help='drop a query whose gold paper BM25 ranks in the top K (too easy); must be '
                    'below the number of papers, 0 switches the filter off')
     b.add_argument('--top-n', type=int, default=5, help='other BM25 papers the false-negative judge reads per query')
-    b.add_argument('--drop-ambiguous', action='store_true', help='drop (not just flag) a query another paper also answers')
+    b.add_argument('--drop-ambiguous', action='store_true', help='the same as --fn drop')
+    b.add_argument('--fn', dest='fn_mode', choices=FN_MODES, default=None, help='a query another paper also answers: flagged '
+                   '(keep-flag, the default), dropped (drop), or kept with those papers as graded qrels, gold 2, others 1 (add-qrels)')
+    b.add_argument('--round-trip', default=None, metavar='SPEC@K', help='keep a query only if retriever SPEC (any docbench spec, '
+                   'e.g. dense or bm25) ranks its gold paper in the top K (Promptagator-style round trip); recorded per query')
+    b.add_argument('--answer-check', action='store_true', help='a blind call answers each query from its evidence alone; the judge '
+                   'must find that answer the same as the generated one')
+    b.add_argument('--target', type=int, default=None, metavar='N', help='aim for N queries: oversample evidence, run every stage, '
+                   'then select N deterministically (round-robin over papers)')
+    b.add_argument('--quota', default=None, metavar='text=…,table=…,figure=…', help='per evidence type: counts (table=5) or shares '
+                   'of --target (table=0.25 or 25%%); what a type lacks is reported in attrition.json')
+    b.add_argument('--oversample', type=float, default=3.0, help='with --target: candidates extracted per wanted query and type')
+    b.add_argument('--dedup', type=float, default=None, metavar='COS', help='drop a query within this cosine similarity (bundled '
+                   'MiniLM) of an earlier one, within and across papers (default: 0.9 with --target, else off; 0 switches it off)')
+    b.add_argument('--prices', default=None, metavar='FILE', help='JSON {model: {"prompt": $, "completion": $}} per 1M tokens: money '
+                   'per stage in attrition.json and the dry run')
+    b.add_argument('--dry-run', action='store_true', help='extract evidence and print the calls and tokens each stage would take '
+                   '(upper bounds), with no model call')
+    b.add_argument('--budget', type=int, default=None, metavar='TOKENS', help='stop cleanly (exit 3) once this run has spent TOKENS '
+                   'tokens (cache hits free); a rerun with a larger budget resumes')
     b.add_argument('--out', default='queries_out', help='output folder; a rerun resumes from what it holds')
     b.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='drop',
                    help='a query whose rephrasing fails: dropped, or kept with the levels that passed (flagged)')
@@ -288,13 +391,11 @@ def add_queries_parser(sub):
     c.add_argument('--llm', required=True, help=llm_help)
     c.add_argument('--out', required=True, help='query file to write, ambiguous queries flagged (or dropped)')
     c.add_argument('--top-n', type=int, default=5, help='other BM25 papers the judge reads per query')
-    c.add_argument('--drop-ambiguous', action='store_true', help='drop (not just flag) a query another paper also answers')
+    c.add_argument('--drop-ambiguous', action='store_true', help='the same as --fn drop')
+    c.add_argument('--fn', dest='fn_mode', choices=FN_MODES, default=None, help='keep-flag (default), drop, or add-qrels (gold grade 2, '
+                   'papers that also answer grade 1)')
     c.set_defaults(fn=_cmd_check_fn)
-    i = qs.add_parser('import-review', help='apply review decisions (CSV/JSONL) to a query file')
-    i.add_argument('--queries', required=True, help='query file the review sheet was made from (OUT/queries.jsonl)')
-    i.add_argument('--decisions', required=True, help='decisions.csv (from the sheet or edited by hand) or JSONL: id, decision, edited_query')
-    i.add_argument('--out', required=True, help='query file to write with the kept and edited queries')
-    i.set_defaults(fn=_cmd_import)
+    add_review_commands(qs)              # import-review, review-sample, agreement, card
     k = qs.add_parser('calibrate', help="measure a judge model on the calibration set: balanced accuracy per stage and label, injection flip rate",
                       description='Run the built-in calibration set (good and known-bad queries, rephrasings, passages, each also with a prompt '
                                   'injection) through the verify, rephrase-check and false-negative prompts of a judge model; print the table.')

@@ -4,25 +4,24 @@
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #1212acf0
 from __future__ import annotations
-import hashlib, json, math, os, string, tempfile, unicodedata, warnings
+import hashlib, json
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 from ..records import Unit, Query, Run
 from ..spec import Option
-from ..cache import stage_dir, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked, load_npy_verified
-from .unit_index import group_by_doc, write_units, read_units, check_units, top_docs
-from .encoders import (default_text_model_path, resolve_model_folder, read_st_config, model_slug, resolve_dtype,
-                                  folder_digest, check_texts, model_fingerprint, text_key)
+from ..cache import stage_dir, atomic_save_npy, atomic_write_json, load_npy_verified
+from .unit_index import group_by_doc, write_units, read_units, check_units, top_docs, IndexStore
+from .encoders import model_fingerprint, text_key
 from .registry import RetrieverBase, register_retriever
-from .image_encoders import unit_key, ColPaliEncoder, resolve_device
+from .image_encoders import unit_key, ColPaliEncoder
+# the token encoders and their cache (`token_encoders`): used here, and importable from this module as they always were
+from .token_encoders import pool_tokens, HFTokenEncoder, ColBERTEncoder, token_encoder, TokenCache, embed_tokens_cached
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LATE_OPTIONS', 'maxsim', 'pool_tokens', 'colbert_features', 'refuse_colbert_checkpoint', 'HFTokenEncoder',
-           'ColBERTEncoder', 'token_encoder', 'TokenCache', 'embed_tokens_cached', 'LateInteractionIndex',
-           'LateRetriever']
+__all__ = ['LATE_OPTIONS', 'maxsim', 'LateInteractionIndex', 'LateRetriever']
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #f4c6dd56
 def maxsim(query: np.ndarray, doc: np.ndarray) -> float:
@@ -32,423 +31,6 @@ def maxsim(query: np.ndarray, doc: np.ndarray) -> float:
         raise ValueError(f"maxsim: expected (m, dim) and (n, dim) matrices, got {query.shape} and {doc.shape}")
     if not len(doc): raise ValueError("maxsim: the document has no token vectors")
     return float((query @ doc.T).max(axis=1).sum())
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #96f097b1
-def pool_tokens(x: np.ndarray, pool_factor: int = 1, method: str = 'sequential') -> np.ndarray:
-    "Reduce token matrix `x` (n, dim) to about n / `pool_factor` L2-normalised rows ('sequential' or 'hierarchical')."
-    x = np.asarray(x, dtype=np.float32)
-    if method not in ('sequential', 'hierarchical'): raise ValueError(f"pool method {method!r}: expected 'sequential' or 'hierarchical'")
-    if int(pool_factor) < 1: raise ValueError(f"pool_factor must be >= 1, got {pool_factor}")
-    n = len(x)
-    if pool_factor == 1 or n <= 1: return x
-    if method == 'sequential':
-        groups = np.arange(n) // pool_factor
-    else:
-        from scipy.cluster.hierarchy import linkage, fcluster
-        k = max(1, n // pool_factor)
-        labels = fcluster(linkage(x.astype(np.float64), method='ward'), t=k, criterion='maxclust')
-        first = {}
-        for lab in labels: first.setdefault(lab, len(first))         # clusters ordered by first token
-        groups = np.array([first[l] for l in labels])
-    out = np.zeros((groups.max() + 1, x.shape[1]), dtype=np.float32)
-    np.add.at(out, groups, x)
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #f80b2ff9
-_MARKERS = ('##', 'Ġ', '▁', 'Ċ')
-
-def _is_punct_token(tok: str) -> bool:
-    "A sub-word token made only of punctuation/symbol characters (after stripping word-piece markers)."
-    t = tok
-    for m in _MARKERS: t = t.replace(m, '')
-    return bool(t) and all(c in string.punctuation or unicodedata.category(c)[0] in 'PS' for c in t)
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #7fb1533f
-def _json_file(p):
-    try: return json.loads(Path(p).read_text())
-    except (OSError, ValueError): return None
-
-def colbert_features(folder) -> list:
-    "What makes `folder` a ColBERT/PyLate checkpoint rather than a plain encoder: projection layers, markers, query expansion."
-    folder = Path(folder); found = []
-    st = _json_file(folder/'config_sentence_transformers.json') or {}
-    modules = sorted(_json_file(folder/'modules.json') or [], key=lambda m: m.get('idx', 0))
-    kinds = [str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]
-    colbert = st.get('model_type') == 'ColBERT' or any(str(m.get('type', '')).startswith('pylate.') for m in modules) or \
-              (kinds[:2] == ['Transformer', 'Dense'] and 'Pooling' not in kinds)     # token-level projection, no pooling
-    for m, k in zip(modules, kinds):
-        if colbert and k == 'Dense':
-            dc = _json_file(folder/m.get('path', '')/'config.json') or {}
-            found.append(f"projection layer {m.get('path')} ({dc.get('in_features', '?')} -> {dc.get('out_features', '?')})")
-    if (folder/'artifact.metadata').is_file(): found.append('a Stanford ColBERT checkpoint (artifact.metadata)')
-    for k in ('query_prefix', 'document_prefix'):
-        if st.get(k): found.append(f"{k} {st[k]!r}")
-    if st.get('query_length') or st.get('do_query_expansion'):
-        found.append(f"query_length {st.get('query_length')} (expansion {st.get('do_query_expansion')})")
-    return found
-
-def refuse_colbert_checkpoint(folder):
-    "Raise `ValueError` naming what `HFTokenEncoder` would ignore in a ColBERT/PyLate checkpoint (never approximated)."
-    found = colbert_features(folder)
-    if found: raise ValueError(f"{folder} is a ColBERT/PyLate checkpoint ({'; '.join(found)}); the late encoder reads raw hidden "
-                               "states and would ignore these, so it refuses rather than approximate. Encode with pylate and "
-                               "pass the model to LateRetriever as an encoder object (encode_units / encode_queries).")
-
-class HFTokenEncoder:
-    "Per-token L2-normalised vectors from a `transformers` encoder's last hidden states (default: the bundled MiniLM)."
-    def __init__(self, model: Optional[str] = None, dim: Optional[int] = None, pool_factor: int = 1,
-                 pool_method: str = 'sequential', skip_punct: bool = True, keep_special: bool = False,
-                 query_max_length: int = 64, doc_max_length: Optional[int] = None, long_text: str = 'window',
-                 seed: int = 0, device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-        if long_text not in ('window', 'truncate'): raise ValueError(f"long_text {long_text!r}: expected 'window' or 'truncate'")
-        if pool_method not in ('sequential', 'hierarchical'): raise ValueError(f"pool_method {pool_method!r}: expected 'sequential' or 'hierarchical'")
-        if int(pool_factor) < 1: raise ValueError(f"pool_factor must be >= 1, got {pool_factor}")
-        self.model_id = model or default_text_model_path()
-        self.folder = resolve_model_folder(self.model_id)
-        refuse_colbert_checkpoint(self.folder)
-        cfg = read_st_config(self.folder)
-        tf_folder = self.folder/cfg['transformer_path'] if cfg['transformer_path'] else self.folder
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tf_folder), trust_remote_code=trust_remote_code)
-        if self.tokenizer.pad_token_id is None:
-            if self.tokenizer.eos_token is None: raise ValueError(f"{self.model_id}: tokenizer has neither a pad nor an eos token")
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModel.from_pretrained(str(tf_folder), dtype=resolve_dtype(dtype) or torch.float32,
-                                               trust_remote_code=trust_remote_code).to(self.device).eval()
-        mcfg = self.model.config
-        self.hidden = int(getattr(mcfg, 'hidden_size', 0) or getattr(mcfg, 'd_model'))
-        tok_max = self.tokenizer.model_max_length if (self.tokenizer.model_max_length or 0) < 1e6 else None
-        pos_max = getattr(mcfg, 'max_position_embeddings', None)
-        self.max_length = int(doc_max_length or cfg['max_seq_length'] or min(x for x in (tok_max, pos_max, 512) if x))
-        self.query_max_length = int(min(query_max_length, self.max_length))
-        self.dim = int(dim or self.hidden)
-        if self.dim > self.hidden: raise ValueError(f"dim={self.dim} exceeds the model's hidden size {self.hidden}")
-        self.projection = None
-        if self.dim < self.hidden:
-            g = np.random.default_rng(seed).standard_normal((self.hidden, self.dim))
-            self.projection = np.linalg.qr(g)[0].astype(np.float32)            # orthonormal columns
-        self.pool_factor, self.pool_method, self.skip_punct, self.keep_special = int(pool_factor), pool_method, skip_punct, keep_special
-        self.long_text, self.seed = long_text, seed
-        base = 'all-MiniLM-L6-v2' if model is None else model_slug(str(self.model_id).rstrip('/').split('/')[-1])
-        self.name = base + (f"-d{self.dim}" if self.projection is not None else '') + (f"-pool{self.pool_factor}" if self.pool_factor > 1 else '')
-        self._punct, self._fingerprint = {}, None
-        self._prefix, self._suffix = self._special_affixes()
-
-    def _special_affixes(self):
-        "Token ids the tokenizer puts before and after the content (e.g. [CLS] ... [SEP]), found by probing."
-        probe = 'hello world'
-        bare = self.tokenizer(probe, add_special_tokens=False)['input_ids']
-        full = self.tokenizer(probe, add_special_tokens=True)['input_ids']
-        for i in range(len(full) - len(bare) + 1):
-            if full[i:i + len(bare)] == bare: return list(full[:i]), list(full[i + len(bare):])
-        raise ValueError(f"{self.model_id}: cannot locate the content between the tokenizer's special tokens")
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #aca11eee
-class ColBERTEncoder:
-    "A ColBERT/PyLate checkpoint encoded as PyLate does: markers, query expansion, trained projection, per-token L2, skiplist."
-    modality = 'text'
-    def __init__(self, model: str, device: Optional[str] = None, dtype=None, batch_size: int = 32):
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-        self.model_id, self.folder = model, resolve_model_folder(model)
-        st, sb = _json_file(self.folder/'config_sentence_transformers.json') or {}, _json_file(self.folder/'sentence_bert_config.json') or {}
-        modules = sorted(_json_file(self.folder/'modules.json') or [], key=lambda m: m.get('idx', 0))
-        kinds = [str(m.get('type', '')).rsplit('.', 1)[-1] for m in modules]
-        if not modules or kinds[0] != 'Transformer' or any(k != 'Dense' for k in kinds[1:]):
-            raise ValueError(f"{self.folder}: modules {kinds} are not a PyLate ColBERT (Transformer then Dense layers); refused")
-        tf = self.folder/modules[0].get('path', '')
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tf))
-        self.model = AutoModel.from_pretrained(str(tf), dtype=resolve_dtype(dtype) or torch.float32).to(self.device).eval()
-        self.dense = [_load_colbert_dense(self.folder/m['path'], self.device) for m in modules[1:]]
-        self.lower = bool(sb.get('do_lower_case', False))
-        self.query_length, self.max_length = int(st.get('query_length') or 32), int(st.get('document_length') or 180)
-        self.expand = bool(st.get('do_query_expansion', True))
-        self.attend_expansion = bool(st.get('attend_to_expansion_tokens', False)) and self.expand
-        self.prefix_ids = {side: self._prefix_id(st.get(key, default)) for side, key, default in
-                           (('queries', 'query_prefix', '[Q] '), ('units', 'document_prefix', '[D] '))}
-        words = st.get('skiplist_words', list(string.punctuation))
-        self.skiplist = {i for i in (self.tokenizer.convert_tokens_to_ids(w) for w in words) if i is not None}
-        self.mask_id = self.tokenizer.mask_token_id
-        if self.expand and self.mask_id is None: raise ValueError(f"{self.folder}: query expansion needs a [MASK] token; the tokenizer has none")
-        self.dim = int(self.dense[-1].weight.shape[0]) if self.dense else int(self.model.config.hidden_size)
-        self.document_length = self.max_length         # tokens PyLate keeps per document, [CLS], marker and [SEP] included
-        self.max_length -= len(self.tokenizer('x', add_special_tokens=True)['input_ids']) - len(self.tokenizer('x', add_special_tokens=False)['input_ids']) \
-                           + (self.prefix_ids['units'] is not None)   # the content window: what chunking may fill
-        self.batch_size, self._fingerprint = batch_size, None
-        self.name = model_slug(str(model).rstrip('/').split('/')[-1]) + '-colbert'
-
-    def _prefix_id(self, prefix):
-        if not prefix: return None
-        i = self.tokenizer.convert_tokens_to_ids(prefix)
-        if i is None or i == self.tokenizer.unk_token_id:
-            raise ValueError(f"{self.folder}: marker {prefix!r} is not a token of the saved tokenizer (not a PyLate-saved checkpoint?)")
-        return int(i)
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #7f1d65b5
-class _Dense:
-    "A PyLate `Dense` layer: `activation(x W^T + b)`, plus an optional residual; only the identity activation is supported."
-    def __init__(self, weight, bias, residual): self.weight, self.bias, self.residual = weight, bias, residual
-    def __call__(self, x):
-        y = x @ self.weight.T + (self.bias if self.bias is not None else 0)
-        if self.residual is not None: y = y + (x @ self.residual.T if self.residual is not True else x)
-        return y
-
-def _load_colbert_dense(folder, device):
-    "Read a `Dense` module folder (config.json + safetensors or bin); refuse what `_Dense` would not compute faithfully."
-    import torch
-    cfg = _json_file(folder/'config.json') or {}
-    act = str(cfg.get('activation_function', 'torch.nn.modules.linear.Identity'))
-    if act.rsplit('.', 1)[-1] != 'Identity': raise ValueError(f"{folder}: activation {act} is not supported (identity only); refused")
-    if (folder/'model.safetensors').is_file():
-        from safetensors.torch import load_file
-        sd = load_file(str(folder/'model.safetensors'))
-    elif (folder/'pytorch_model.bin').is_file(): sd = torch.load(folder/'pytorch_model.bin', map_location='cpu', weights_only=True)
-    else: raise ValueError(f"{folder}: no model.safetensors or pytorch_model.bin")
-    w = sd.get('linear.weight')
-    if w is None: raise ValueError(f"{folder}: no 'linear.weight' in the Dense weights (keys {sorted(sd)[:5]})")
-    res = None
-    if cfg.get('use_residual'):
-        res = sd.get('residual.weight', True) if cfg.get('in_features') != cfg.get('out_features') else True
-    t = lambda a: a.float().to(device) if hasattr(a, 'to') else a
-    return _Dense(t(w), t(sd['linear.bias']) if 'linear.bias' in sd else None, t(res))
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #f2114d79
-@patch(as_prop=True)
-def fingerprint(self: ColBERTEncoder) -> str:
-    "Content hash of the checkpoint folder (weights, projection, markers, lengths): the token cache's key."
-    if self._fingerprint is None: self._fingerprint = f"{self.name}-{folder_digest(self.folder)[:20]}"
-    return self._fingerprint
-
-@patch
-def _batch(self: ColBERTEncoder, texts, side):
-    "PyLate's `tokenize`: strip (and lower-case), truncate to length - 1, pad queries with [MASK], insert the marker after [CLS]."
-    import torch
-    query = side == 'queries'
-    pid, length = self.prefix_ids[side], (self.query_length if query else self.document_length)
-    texts = [t.strip().lower() if self.lower else t.strip() for t in texts]
-    pad_id = self.tokenizer.pad_token_id
-    if query and self.expand: self.tokenizer.pad_token_id = self.mask_id
-    try:
-        enc = self.tokenizer(texts, padding='max_length' if query and self.expand else True, truncation='longest_first',
-                             max_length=length - 1 if pid is not None else length, return_tensors='pt')
-    finally: self.tokenizer.pad_token_id = pad_id
-    if pid is not None:
-        ins = lambda x, v: torch.cat([x[:, :1], torch.full((x.shape[0], 1), v, dtype=x.dtype), x[:, 1:]], dim=1)
-        enc['input_ids'], enc['attention_mask'] = ins(enc['input_ids'], pid), ins(enc['attention_mask'], 1)
-        if 'token_type_ids' in enc: enc['token_type_ids'] = ins(enc['token_type_ids'], 0)
-    if query and self.attend_expansion: enc['attention_mask'].fill_(1)
-    return enc
-
-@patch
-def _encode(self: ColBERTEncoder, texts, side, batch_size=None, progress=False):
-    import torch
-    texts = check_texts(texts, f"{self.name} {side}")
-    out, bs = [], batch_size or self.batch_size
-    for s in tqdm(range(0, len(texts), bs), desc=f'{self.name} {side}', disable=not progress):
-        enc = {k: v.to(self.device) for k, v in self._batch(texts[s:s + bs], side).items()}
-        with torch.no_grad():
-            h = self.model(**enc).last_hidden_state.float()
-            for d in self.dense: h = d(h)
-        ids, att = enc['input_ids'], enc['attention_mask'].bool()
-        if side == 'units': keep = att & ~torch.isin(ids, torch.tensor(sorted(self.skiplist), device=ids.device))
-        else: keep = torch.ones_like(att) if self.expand else att
-        for i in range(len(ids)):
-            x = torch.nn.functional.normalize(h[i][keep[i]], p=2, dim=1)
-            out.append(np.ascontiguousarray(x.cpu().numpy(), dtype=np.float32))
-    return out
-
-@patch
-def encode_queries(self: ColBERTEncoder, texts: Sequence[str], batch_size: int = None, progress: bool = False) -> list:
-    "One `(query_length, dim)` matrix per query ([MASK]-expanded), as PyLate's `encode(is_query=True)`."
-    return self._encode(texts, 'queries', batch_size, progress)
-
-@patch
-def encode_units(self: ColBERTEncoder, texts: Sequence[str], batch_size: int = None, progress: bool = False) -> list:
-    "One `(n_tokens, dim)` matrix per unit (truncated at `document_length`, skiplist dropped), as PyLate's `encode(is_query=False)`."
-    return self._encode(texts, 'units', batch_size, progress)
-
-def token_encoder(model=None, **kw):
-    "The late encoder for `model`: `ColBERTEncoder` for a ColBERT/PyLate checkpoint, else `HFTokenEncoder` (raw hidden states)."
-    if model is not None and colbert_features(resolve_model_folder(model)):
-        unsupported = {k: v for k, v in kw.items() if k not in ('device', 'dtype') and v is not None}
-        if unsupported: raise ValueError(f"{model}: options {sorted(unsupported)} do not apply to a ColBERT checkpoint (its projection "
-                                         "and lengths are trained); refused rather than approximated")
-        return ColBERTEncoder(model, **{k: v for k, v in kw.items() if k in ('device', 'dtype')})
-    return HFTokenEncoder(model, **kw)
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #e46bec85
-@patch
-def __repr__(self: HFTokenEncoder):
-    return (f"HFTokenEncoder({self.name!r}, dim={self.dim}, pool_factor={self.pool_factor}, pool_method={self.pool_method!r}, "
-            f"skip_punct={self.skip_punct}, max_length={self.max_length}, query_max_length={self.query_max_length})")
-
-@patch(as_prop=True)
-def fingerprint(self: HFTokenEncoder) -> str:
-    "Content hash of the model folder plus every setting that changes the token matrices."
-    if self._fingerprint is None:
-        settings = json.dumps(dict(dim=self.dim, seed=self.seed, pool=[self.pool_factor, self.pool_method], punct=self.skip_punct,
-                                   special=self.keep_special, max=[self.max_length, self.query_max_length], long=self.long_text,
-                                   dtype=str(self.model.dtype)), sort_keys=True)
-        self._fingerprint = f"{self.name}-tok-{hashlib.sha256((folder_digest(self.folder) + settings).encode()).hexdigest()[:20]}"
-    return self._fingerprint
-
-@patch
-def is_punct_id(self: HFTokenEncoder, i: int) -> bool:
-    "Whether token id `i` is made only of punctuation/symbols (what `skip_punct` drops)."
-    return self._punct_id(i)
-
-@patch
-def _punct_id(self: HFTokenEncoder, i: int) -> bool:
-    if i not in self._punct: self._punct[i] = _is_punct_token(self.tokenizer.convert_ids_to_tokens(int(i)))
-    return self._punct[i]
-
-@patch
-def _windows(self: HFTokenEncoder, ids, max_len, window):
-    "Model inputs (ids, special mask) for one text: one window, or consecutive windows covering all of it."
-    pre, suf = self._prefix, self._suffix
-    room = max(1, max_len - len(pre) - len(suf))
-    pieces = [ids[s:s + room] for s in range(0, max(len(ids), 1), room)] if window else [ids[:room]]
-    return [(pre + list(p) + suf, [1] * len(pre) + [0] * len(p) + [1] * len(suf)) for p in pieces]
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #22cbc1fa
-@patch
-def _forward(self: HFTokenEncoder, seqs: list, batch_size: int, desc: str, progress: bool) -> list:
-    "Last hidden states `(len(seq), hidden)` of each token-id sequence in `seqs`, batched longest first."
-    import torch
-    order = sorted(range(len(seqs)), key=lambda j: -len(seqs[j]))
-    vecs = [None] * len(seqs)
-    pad = self.tokenizer.pad_token_id
-    with torch.inference_mode():
-        for s in tqdm(range(0, len(order), batch_size), desc=desc, disable=not progress, leave=False):
-            idx = order[s:s + batch_size]
-            L = max(len(seqs[j]) for j in idx)
-            inp = torch.full((len(idx), L), pad, dtype=torch.long)
-            att = torch.zeros((len(idx), L), dtype=torch.long)
-            for r, j in enumerate(idx):
-                seq = seqs[j]; inp[r, :len(seq)] = torch.tensor(seq); att[r, :len(seq)] = 1
-            h = self.model(input_ids=inp.to(self.device), attention_mask=att.to(self.device)).last_hidden_state.float().cpu().numpy()
-            for r, j in enumerate(idx): vecs[j] = h[r, :len(seqs[j])]
-    return vecs
-
-@patch
-def _assemble(self: HFTokenEncoder, items: list, vecs: list, n_texts: int, is_doc: bool) -> list:
-    "One float32 matrix per text from its windows `items` `(text index, (ids, special mask))` and their hidden states `vecs`."
-    out = [[] for _ in range(n_texts)]
-    for (t, (seq, special)), h in zip(items, vecs):
-        keep = [k for k, (i, sp) in enumerate(zip(seq, special))
-                if (self.keep_special or not sp) and not (self.skip_punct and not sp and self._punct_id(i))]
-        out[t].append((h, keep))
-    mats = []
-    for parts in out:
-        kept = [h[k] for h, k in parts if k]
-        x = np.concatenate(kept) if kept else np.concatenate([h for h, _ in parts])   # nothing left: keep every token
-        if self.projection is not None: x = x @ self.projection
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        if is_doc: x = pool_tokens(x, self.pool_factor, self.pool_method)
-        mats.append(np.ascontiguousarray(x, dtype=np.float32))
-    return mats
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #74509233
-@patch
-def _encode(self: HFTokenEncoder, texts, side, batch_size, progress):
-    texts = check_texts(texts, f"{self.name} {side}")
-    if batch_size < 1: raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    is_doc = side == 'units'
-    max_len = self.max_length if is_doc else self.query_max_length
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')         # "sequence longer than model_max_length": we window it ourselves
-        ids = self.tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)['input_ids'] if texts else []
-    items = [(t, w) for t, i in enumerate(ids) for w in self._windows(i, max_len, is_doc and self.long_text == 'window')]
-    vecs = self._forward([seq for _, (seq, _) in items], batch_size, f"{self.name} {side}", progress)
-    return self._assemble(items, vecs, len(texts), is_doc)
-
-@patch
-def encode_queries(self: HFTokenEncoder, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> list:
-    "One `(n_tokens, dim)` float32 matrix per query (truncated at `query_max_length`, never pooled)."
-    return self._encode(texts, 'queries', batch_size, progress)
-
-@patch
-def encode_units(self: HFTokenEncoder, texts: Sequence[str], batch_size: int = 32, progress: bool = False) -> list:
-    "One `(n_tokens, dim)` float32 matrix per unit text (all windows of a long text; pooled by `pool_factor`)."
-    return self._encode(texts, 'units', batch_size, progress)
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #29911895
-class TokenCache:
-    "On-disk token matrices keyed by encoder fingerprint + text key; `hits`/`misses`/`embedded` count since the last reset."
-    def __init__(self, root=None, dtype: str = 'float32'):
-        if dtype not in ('float32', 'float16'): raise ValueError(f"TokenCache dtype {dtype!r}: expected 'float32' or 'float16'")
-        self.root = Path(root).expanduser() if root is not None else stage_dir('tokens')
-        self.dtype, self._index = dtype, {}
-        self.reset_counters()
-
-    def reset_counters(self): self.hits = self.misses = self.embedded = 0
-    def __repr__(self): return f"TokenCache({str(self.root)!r}, hits={self.hits}, misses={self.misses})"
-
-    def _load(self, fp):
-        if fp in self._index: return self._index[fp]
-        idx, d = {}, self.root/fp
-        for kf in sorted(d.glob('*.keys.npy')) if d.is_dir() else []:
-            stem = kf.name[:-len('.keys.npy')]
-            files = [kf, d/f"{stem}.off.npy", d/f"{stem}.tok.npy"]
-            keys = load_npy_checked(files[0], what='token cache shard')              # checksum, readability, finiteness
-            off = None if keys is None else load_npy_checked(files[1], what='token cache shard')
-            tok = None if off is None else load_npy_checked(files[2], mmap=True, what='token cache shard')
-            if tok is None or len(off) != len(keys) + 1 or off[-1] != tok.shape[0]:
-                if tok is not None: warnings.warn(f"token cache shard {kf} is inconsistent: dropped, will be recomputed")
-                for q in files + [Path(f'{q}.sha256') for q in files]: q.unlink(missing_ok=True)
-                continue
-            keys = keys.astype(str)
-            for r, k in enumerate(keys): idx[k] = (stem, int(off[r]), int(off[r + 1]))
-        self._index[fp] = idx
-        return idx
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #5e4e7941
-@patch
-def lookup(self: TokenCache, fp: str, keys: Sequence[str]) -> dict:
-    "{key: float32 matrix} for the keys present."
-    idx, out, open_ = self._load(fp), {}, {}
-    for k in keys:
-        if k in idx and k not in out:
-            stem, a, b = idx[k]
-            if stem not in open_: open_[stem] = np.load(self.root/fp/f"{stem}.tok.npy", mmap_mode='r')
-            out[k] = np.asarray(open_[stem][a:b], dtype=np.float32)
-    return out
-
-@patch
-def put(self: TokenCache, fp: str, keys: Sequence[str], mats: Sequence[np.ndarray], meta: Optional[dict] = None):
-    "Store one shard atomically (token rows, offsets, then keys)."
-    if len(keys) != len(mats): raise ValueError(f"TokenCache.put: {len(keys)} keys but {len(mats)} matrices")
-    d = self.root/fp; d.mkdir(parents=True, exist_ok=True)
-    if meta and not (d/'meta.json').exists(): atomic_write_json(d/'meta.json', meta)
-    stem = hashlib.sha256(''.join(keys).encode()).hexdigest()[:24]
-    off = np.concatenate([[0], np.cumsum([len(m) for m in mats])]).astype(np.int64)
-    atomic_save_npy(d/f"{stem}.tok.npy", np.concatenate(mats).astype(self.dtype))
-    atomic_save_npy(d/f"{stem}.off.npy", off)
-    atomic_save_npy(d/f"{stem}.keys.npy", np.asarray(keys, dtype='S64'))
-    idx = self._load(fp)
-    for r, k in enumerate(keys): idx[k] = (stem, int(off[r]), int(off[r + 1]))
-
-# %% ../../nbs/03_retrieval/07_late.ipynb #b1907b63
-def embed_tokens_cached(encoder, texts: Sequence[str], kind: str = 'unit', cache=None, batch_size: int = 32,
-                        progress: bool = True, shard_size: int = 256) -> list:
-    "Token matrices for `texts` (list of float32 `(n_i, dim)`), encoding only what `cache` lacks; `cache=False` disables caching."
-    if kind not in ('unit', 'query'): raise ValueError(f"embed_tokens_cached: kind must be 'unit' or 'query', got {kind!r}")
-    texts = check_texts(texts, 'embed_tokens_cached')
-    fn = encoder.encode_units if kind == 'unit' else encoder.encode_queries
-    if cache is False: return fn(texts, batch_size=batch_size, progress=progress)
-    cache = TokenCache() if cache is None else cache
-    fp = model_fingerprint(encoder)
-    keys = [text_key(kind, t) for t in texts]
-    def check(ks, mats):
-        for m in mats:
-            if m.ndim != 2 or m.shape[1] != encoder.dim or not len(m): raise ValueError(f"{encoder.name}: bad token matrix shape {m.shape}")
-    found = cached_compute(cache, fp, keys, texts, lambda ts: fn(ts, batch_size=batch_size),
-                           meta=dict(name=getattr(encoder, 'name', ''), dim=int(encoder.dim), fingerprint=fp),
-                           shard_size=shard_size, desc=f"token {kind}s", progress=progress, check=check)
-    return [np.asarray(found[k], dtype=np.float32) for k in keys]
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #9ed6c8f1
 _INDEX_CHUNK = 256                 # units embedded (float32) per step of `LateRetriever.index` before being stored in `dtype`
@@ -642,15 +224,38 @@ def load(cls: LateInteractionIndex, folder, mmap: bool = False) -> 'LateInteract
     ix._ids = {u.unit_id for u in ix.units}
     return ix
 
+# %% ../../nbs/03_retrieval/07_late.ipynb #lsav0ar1
+@patch
+def save_arrays(self: LateInteractionIndex, folder):
+    "Write `tokens.npy` (every token vector, units grouped by document) and `offsets.npy`: a keyed saved index's files."
+    self._finalize()
+    np.save(Path(folder)/'tokens.npy', np.ascontiguousarray(self.tokens), allow_pickle=False)
+    np.save(Path(folder)/'offsets.npy', self.offsets, allow_pickle=False)
+
+@patch(cls_method=True)
+def open_saved(cls: LateInteractionIndex, folder, units: Sequence[Unit], dim: int, dtype: str = 'float32') -> 'LateInteractionIndex':
+    "The index `save_arrays` wrote for `units` (the same units in the same order): offsets read, the token matrix memory-mapped."
+    ix, units = cls(dim, dtype), check_units(units, 'LateInteractionIndex.open_saved')
+    order, ix._doc_starts, ix._docs = group_by_doc([u.doc_id for u in units])
+    off = np.load(Path(folder)/'offsets.npy', allow_pickle=False)
+    tok = np.load(Path(folder)/'tokens.npy', mmap_mode='r', allow_pickle=False)
+    if off.dtype != np.int64 or off.shape != (len(units) + 1,) or off[0] != 0 or (len(units) and np.diff(off).min() < 1) or \
+            tok.shape != (int(off[-1]), ix.dim) or tok.dtype != np.dtype(dtype):
+        raise ValueError(f"offsets {off.shape} {off.dtype} / tokens {tok.shape} {tok.dtype} do not fit {len(units)} units of "
+                         f"dimension {ix.dim} stored as {dtype} (saved index {folder})")
+    ix.units, ix._ids = [units[i] for i in order] if order is not None else units, {u.unit_id for u in units}
+    ix.offsets, ix.tokens = off, tok
+    return ix
+
 # %% ../../nbs/03_retrieval/07_late.ipynb #9e1b2708
 class LateRetriever(RetrieverBase):
     "Late-interaction retrieval: token matrices (cached) + exact MaxSim `LateInteractionIndex`; name 'late' for the default model."
-    def __init__(self, encoder=None, cache=None, dtype: str = 'float32', batch_size: int = 32):
+    def __init__(self, encoder=None, cache=None, dtype: str = 'float32', batch_size: int = 32, store: Optional[IndexStore] = None):
         self.encoder = HFTokenEncoder() if encoder is None else (token_encoder(encoder) if isinstance(encoder, str) else encoder)
         for m in ('encode_queries', 'encode_units'):
             if not callable(getattr(self.encoder, m, None)): raise TypeError(f"LateRetriever: encoder {type(self.encoder).__name__} has no {m}()")
         self.cache = TokenCache() if cache is None else cache          # False: no caching
-        self.dtype, self.batch_size = dtype, batch_size
+        self.dtype, self.batch_size, self.store = dtype, batch_size, store        # store: an IndexStore to save the index in
         self.tokenizer = getattr(self.encoder, 'tokenizer', None)
         self.window = None if getattr(self.encoder, 'modality', 'text') == 'image' else getattr(self.encoder, 'max_length', None)
         self.name = 'late' if encoder is None else f"late:{self.encoder.name}"
@@ -692,19 +297,28 @@ def index(self: LateRetriever, units: Sequence[Unit], progress: bool = True):
         empty = [u.unit_id for u in units if not u.text.strip()]
         if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); OCR them first "
                                    "(docbench_nb.retrieval.ocr.ocr_units) or use an image late-interaction encoder")
+    if self.store is None: self._index = self._build(ix, units, image, progress); return
+    settings = dict(dim=int(self.encoder.dim), dtype=self.dtype, modality='image' if image else 'text')
+    if image: settings['images'] = hashlib.sha256('\n'.join(unit_key(u) for u in units).encode()).hexdigest()
+    key = self.store.key('late', settings, units, model=model_fingerprint(self.encoder))
+    self._index = self.store.get_or_build('late', key, lambda: self._build(ix, units, image, progress), lambda x, d: x.save_arrays(d),
+                                          lambda d: LateInteractionIndex.open_saved(d, units, self.encoder.dim, self.dtype))
+
+@patch
+def _build(self: LateRetriever, ix, units, image, progress):
+    "Fill `ix` with the units' token matrices (encoded, or read from the token cache)."
     embed = ((lambda us, p: self._image_mats(us, p)) if image else
              (lambda us, p: embed_tokens_cached(self.encoder, [u.text for u in us], 'unit', self.cache, self.batch_size, p)))
     if self.cache is False:                                                # nothing to read back: queue chunk by chunk
         for s in range(0, len(units), _INDEX_CHUNK): ix.add(units[s:s + _INDEX_CHUNK], embed(units[s:s + _INDEX_CHUNK], progress))
-    else:                                                                  # pass 1 embeds into the cache, pass 2 fills
-        lengths = [len(m) for s in range(0, len(units), _INDEX_CHUNK) for m in embed(units[s:s + _INDEX_CHUNK], progress)]
-        fp = model_fingerprint(self.encoder)
-        def fetch(s, e):
-            keys = [unit_key(u) if image else text_key('unit', u.text) for u in units[s:e]]
-            got = self.cache.lookup(fp, keys)
-            return [got[k] for k in keys] if len(got) == len(set(keys)) else embed(units[s:e], False)
-        ix.fill(units, lengths, fetch)
-    self._index = ix
+        return ix
+    lengths = [len(m) for s in range(0, len(units), _INDEX_CHUNK) for m in embed(units[s:s + _INDEX_CHUNK], progress)]   # pass 1 embeds
+    fp = model_fingerprint(self.encoder)
+    def fetch(s, e):                                                       # pass 2 fills from the cache
+        keys = [unit_key(u) if image else text_key('unit', u.text) for u in units[s:e]]
+        got = self.cache.lookup(fp, keys)
+        return [got[k] for k in keys] if len(got) == len(set(keys)) else embed(units[s:e], False)
+    return ix.fill(units, lengths, fetch)
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #1d52c9be
 @patch
@@ -741,10 +355,10 @@ def _late(spec, opts, *, cache_dir=None, device=None, **ctx):
     enc_kw = {k2: opts[k] for k, k2 in (('pool', 'pool_factor'), ('pool_method', 'pool_method'), ('dim', 'dim'))
               if opts[k] is not None and opts[k] != LATE_OPTIONS[k].default}
     encoder = token_encoder(spec.model, device=device, **enc_kw) if (enc_kw or device) else spec.model
-    return LateRetriever(encoder, cache=_token_cache(cache_dir), dtype=opts['dtype'])
+    return LateRetriever(encoder, cache=_token_cache(cache_dir), dtype=opts['dtype'], store=IndexStore.for_cache(cache_dir))
 
 @register_retriever('colpali', model='required', options={'dtype': LATE_OPTIONS['dtype']},
                     help='ColPali/ColQwen2 multi-vector image embeddings (needs weights: hub id or folder) + exact MaxSim')
 def _colpali(spec, opts, *, cache_dir=None, max_pixels=None, device=None, **ctx):
     enc = ColPaliEncoder(spec.model, **({'max_pixels': max_pixels} if max_pixels else {}), device=device)
-    return LateRetriever(enc, cache=_token_cache(cache_dir), dtype=opts['dtype'])
+    return LateRetriever(enc, cache=_token_cache(cache_dir), dtype=opts['dtype'], store=IndexStore.for_cache(cache_dir))

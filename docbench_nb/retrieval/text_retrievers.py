@@ -10,11 +10,12 @@ from typing import Optional, Sequence
 import numpy as np
 from ..records import Unit, Query, Run
 from ..spec import Option
-from ..cache import stage_dir, atomic_write_json
+from ..cache import stage_dir, atomic_write_json, content_key
 from .unit_index import (group_by_doc, DenseIndex, check_units, duplicate_ids, empty_run, check_query_ids,
-                                   write_units, read_units, top_docs, ANN_INDEXES, IndexStore)
+                                   write_units, read_units, top_docs, ANN_INDEXES, IndexStore, INDEX_FORMAT, units_digest)
 from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached, model_fingerprint, ENCODER_BACKENDS
 from .registry import Retriever, RetrieverBase, register_retriever, make_retriever
+from ..workers import default_workers
 from fastcore.basics import patch
 
 # %% auto #0
@@ -41,8 +42,13 @@ class BM25Index:
         self._stemmer, self.stemmer = _make_stemmer(stemmer)
         self.units, self._pending, self._ids = [], [], set()
         self._bm25, self._starts, self._docs = None, np.zeros(0, dtype=np.intp), []
+        self._unit_ids = None           # an index opened from shards keeps the units' ids, not the units
 
-    def __len__(self): self._finalize(); return len(self.units)
+    def __len__(self): return len(self.unit_ids())
+    def unit_ids(self) -> list:
+        "The indexed units' ids, in the index's (document-grouped) order."
+        self._finalize()
+        return self._unit_ids if self._unit_ids is not None else [u.unit_id for u in self.units]
     def __repr__(self): return f"BM25Index(k1={self.k1}, b={self.b}, method={self.method!r}, stemmer={self.stemmer!r}, units={len(self)})"
 
     def tokenize(self, texts):
@@ -53,6 +59,7 @@ class BM25Index:
     def add(self, units: Sequence[Unit]):
         "Add units (their `text` is indexed). The BM25 statistics are rebuilt at the next search."
         units = check_units(units, 'BM25Index.add')
+        if self.units is None: raise ValueError("BM25Index.add: an index opened from shards is read-only; build a new one")
         new_ids = [u.unit_id for u in units]
         dup = duplicate_ids(new_ids, self._ids)
         if dup: raise ValueError(f"BM25Index.add: duplicate unit ids, e.g. {dup[:3]}")
@@ -84,9 +91,10 @@ def index_bytes(self: BM25Index) -> int:
 def unit_scores(self: BM25Index, query_text: str) -> np.ndarray:
     "BM25 score of every unit (internal, doc-grouped order = `self.units`) for one query."
     self._finalize()
-    if self._bm25 is None: return np.zeros(len(self.units), dtype=np.float32)
+    n = self._bm25.scores['num_docs'] if self._bm25 is not None else len(self)
+    if self._bm25 is None: return np.zeros(n, dtype=np.float32)
     ids = self._bm25.get_tokens_ids(self.tokenize([query_text])[0])
-    if not ids: return np.zeros(len(self.units), dtype=np.float32)
+    if not ids: return np.zeros(n, dtype=np.float32)
     return np.asarray(self._bm25.get_scores_from_ids(ids), dtype=np.float32)
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #ce4ed124
@@ -98,9 +106,9 @@ def search(self: BM25Index, query_ids: Sequence[str], query_texts: Sequence[str]
     query_texts = list(query_texts)
     query_ids = check_query_ids(query_ids, len(query_texts), 'BM25Index.search')
     if k < 1: raise ValueError(f"BM25Index.search: k must be >= 1, got {k}")
-    run, n = empty_run(query_ids, 'bm25'), len(self.units)
-    if not n: return run
-    ids = [u.unit_id for u in self.units]
+    ids = self.unit_ids()
+    run = empty_run(query_ids, 'bm25')
+    if not ids: return run
     for qid, text in zip(query_ids, query_texts):
         run.scores[qid], run.provenance[qid] = top_docs(self.unit_scores(text), self._starts, self._docs, ids, k, min_score=0)
     return run
@@ -110,6 +118,7 @@ def search(self: BM25Index, query_ids: Sequence[str], query_texts: Sequence[str]
 def save(self: BM25Index, folder):
     "Write `units.jsonl`, the bm25s index (`bm25/`) and `index.json` (last)."
     self._finalize()
+    if self.units is None: raise ValueError("BM25Index.save: an index opened from shards holds no units to save; its saved files are already in the index store")
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     write_units(folder/'units.jsonl', self.units)
     if self._bm25 is not None:
@@ -172,6 +181,129 @@ def open_saved(cls: BM25Index, folder, units: Sequence[Unit], **kw) -> 'BM25Inde
         ix._bm25 = bm25s.BM25.load(str(Path(folder) / 'bm25'), mmap=True, show_progress=False)
         n = ix._bm25.scores.get('num_docs')
         if n != len(units): raise ValueError(f"{folder}: the saved bm25 index holds {n} units, expected {len(units)}")
+    return ix
+
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #7040fc5b
+def _ids_of(tokens: list, vocab: dict) -> np.ndarray:
+    "Token strings as int32 ids, new tokens numbered in order of first appearance (`vocab` grows)."
+    get = vocab.setdefault
+    return np.fromiter((get(t, len(vocab)) for t in tokens), dtype=np.int32, count=len(tokens))
+
+def _local_ids(job) -> tuple:
+    "One shard's texts tokenized (in a worker): `(its vocabulary in order of first appearance, token ids, tokens per unit)`."
+    texts, ix = job                          # the index itself here; its settings in a worker
+    vocab, ix = {}, ix if isinstance(ix, BM25Index) else BM25Index(**ix)
+    arrs = [_ids_of(t, vocab) for t in ix.tokenize(texts)]
+    n = np.array([len(a) for a in arrs], dtype=np.int64)
+    return list(vocab), (np.concatenate(arrs) if arrs else np.zeros(0, np.int32)), n
+
+def _tokenized(ix: BM25Index, shards, workers: int):
+    "`_local_ids` of every shard, in order: on `workers` processes (at most two shards in flight each), or here."
+    kw = dict(k1=ix.k1, b=ix.b, method=ix.method, stemmer=ix.stemmer, stopwords=ix.stopwords)
+    if workers <= 1 or str(ix.stemmer).startswith('custom:'):          # a stemmer object stays in this process
+        yield from (_local_ids((texts, ix)) for (texts,) in shards.columns(('text',))); return
+    jobs = ((texts, kw) for (texts,) in shards.columns(('text',)))
+    import concurrent.futures as cf, multiprocessing as mp
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context('fork')) as pool:
+        window = []
+        for job in jobs:                                    # bounded: a shard's texts are read only when a slot frees
+            window.append(pool.submit(_local_ids, job))
+            if len(window) >= 2 * workers: yield window.pop(0).result()
+        for f in window: yield f.result()
+
+def _tokenize_shards(ix: BM25Index, shards, tmp: Path, progress: bool, workers: int = 1) -> tuple:
+    """Pass 1: every shard's texts tokenized once (on `workers` processes); per shard a token-id file and lengths;
+    document frequencies; the vocabulary, numbered in order of first appearance as a serial pass would."""
+    from tqdm.auto import tqdm
+    vocab, df, lens = {}, np.zeros(0, np.int64), []
+    for i, (local, flat, n) in enumerate(tqdm(_tokenized(ix, shards, workers), total=len(shards.shards), desc='bm25: tokenize', disable=not progress)):
+        flat = _ids_of(local, vocab)[flat] if len(flat) else flat          # the shard's ids in the corpus vocabulary
+        flat.tofile(tmp / f'tok-{i:05d}.bin'); lens.append(n)
+        if len(df) < len(vocab): df = np.concatenate([df, np.zeros(len(vocab) - len(df), np.int64)])
+        if len(flat):
+            doc = np.repeat(np.arange(len(n), dtype=np.int64), n)
+            u = np.unique(doc * max(len(vocab), 1) + flat)            # each (unit, token) once
+            df += np.bincount(u % max(len(vocab), 1), minlength=len(vocab))
+        del flat
+    return vocab, df, lens
+
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #0a625c82
+def _write_scores(bm, shards, tmp: Path, lens: list, df: np.ndarray, folder: Path, progress: bool) -> dict:
+    """Pass 2: bm25s' score matrix (CSC: one column per token, rows ascending) written straight into memory-mapped
+    `.npy` files in `folder`, shard by shard, with bm25s' own idf and term-frequency functions (the same float32 values)."""
+    from bm25s.scoring import _build_idf_array, _build_nonoccurrence_array, _select_idf_scorer, _select_tfc_scorer
+    from numpy.lib.format import open_memmap
+    from tqdm.auto import tqdm
+    n_docs, n_vocab, nnz = int(sum(len(n) for n in lens)), len(df), int(df.sum())
+    all_lens = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    avg = np.array(all_lens.tolist()).mean()                    # as bm25s computes it
+    dfd = {i: int(x) for i, x in enumerate(df)}
+    idf = _build_idf_array(dfd, n_docs, _select_idf_scorer(bm.idf_method), dtype=bm.dtype)
+    nonocc = (_build_nonoccurrence_array(dfd, n_docs, _select_idf_scorer(bm.idf_method), _select_tfc_scorer(bm.method), avg, avg,
+                                         bm.k1, bm.b, bm.delta, dtype=bm.dtype) if bm.method in bm.methods_requiring_nonoccurrence else None)
+    itype = np.dtype(bm.int_dtype)                        # as bm25s stores them: unit indices in int_dtype, column starts int64
+    indptr = np.zeros(n_vocab + 1, np.int64); np.cumsum(df, out=indptr[1:])
+    data = open_memmap(folder / 'data.csc.index.npy', 'w+', np.dtype(bm.dtype), (nnz,))
+    indices = open_memmap(folder / 'indices.csc.index.npy', 'w+', itype, (nnz,))
+    fill, tfc_fn, start = indptr[:-1].astype(np.int64), _select_tfc_scorer(bm.method), 0
+    for i, n in enumerate(tqdm(lens, desc='bm25: score', disable=not progress)):
+        flat = np.fromfile(tmp / f'tok-{i:05d}.bin', dtype=np.int32)
+        if len(flat):
+            doc = np.repeat(np.arange(len(n), dtype=np.int64), n)
+            u, tf = np.unique(doc * n_vocab + flat, return_counts=True)
+            d, t = u // n_vocab, u % n_vocab
+            sc = idf[t] * tfc_fn(tf_array=tf.astype(bm.dtype), l_d=n[d], l_avg=avg, k1=bm.k1, b=bm.b, delta=bm.delta)
+            if nonocc is not None: sc -= nonocc[t]
+            o = np.lexsort((d, t)); t, d, sc = t[o], d[o], sc[o]
+            first = np.searchsorted(t, t, side='left')            # rank of each entry within its token's run
+            pos = fill[t] + (np.arange(len(t)) - first)
+            data[pos] = sc; indices[pos] = d + start
+            fill += np.bincount(t, minlength=n_vocab)
+        start += len(n)
+        (tmp / f'tok-{i:05d}.bin').unlink()
+    data.flush(); indices.flush(); del data, indices
+    np.save(folder / 'indptr.csc.index.npy', indptr)
+    if nonocc is not None: np.save(folder / 'nonoccurrence_array.index.npy', nonocc)
+    return {'num_docs': n_docs, 'nnz': nnz}
+
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #0701260b
+@patch(cls_method=True)
+def write_from_shards(cls: BM25Index, shards, folder, progress: bool = False, workers: Optional[int] = 1, **kw) -> Optional[Path]:
+    """Build the BM25 index of the units in `shards` (`retrieval.unit_shards.UnitShards`) into `folder/bm25` in bm25s'
+    saved format, never holding every unit or token list: tokenize a shard at a time (token ids to disk), then
+    write the score matrix column by column into memory-mapped files. Scores equal `BM25Index.add(units)`'s bit for bit.
+    `workers` processes tokenize (None: every core). Returns the bm25s folder, or None when no unit has a token."""
+    import bm25s
+    ix, folder = cls(**kw), Path(folder)
+    bm = bm25s.BM25(k1=ix.k1, b=ix.b, method=ix.method)
+    tmp = Path(tempfile.mkdtemp(dir=folder if folder.is_dir() else None, prefix='.bm25-tokens.'))
+    try:
+        vocab, df, lens = _tokenize_shards(ix, shards, tmp, progress, default_workers(workers))
+        if not vocab: return None
+        out = folder / 'bm25'; out.mkdir(parents=True, exist_ok=True)
+        meta = _write_scores(bm, shards, tmp, lens, df, out, progress)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    if '' not in vocab: vocab[''] = max(vocab.values()) + 1               # bm25s' empty token
+    (out / 'vocab.index.json').write_text(json.dumps(vocab, ensure_ascii=False), encoding='utf-8')
+    params = dict(k1=bm.k1, b=bm.b, delta=bm.delta, method=bm.method, idf_method=bm.idf_method, dtype=bm.dtype,
+                  int_dtype=bm.int_dtype, num_docs=meta['num_docs'], version=bm25s.__version__, backend=bm.backend)
+    (out / 'params.index.json').write_text(json.dumps(params, indent=4))
+    return out
+
+@patch(cls_method=True)
+def open_shards(cls: BM25Index, folder, shards, **kw) -> 'BM25Index':
+    "The index `write_from_shards` wrote for `shards`, its matrix memory-mapped; it keeps unit and document ids only, no texts."
+    import bm25s
+    ix = cls(**kw)
+    uids, dids = [], []
+    for u, d in shards.columns(('unit_id', 'doc_id')): uids += u; dids += d
+    order, ix._starts, ix._docs = group_by_doc(dids)
+    if order is not None: raise ValueError(f"{shards!r}: a document's units are not contiguous")
+    ix._unit_ids, ix.units = uids, None
+    if (Path(folder) / 'bm25').is_dir():
+        ix._bm25 = bm25s.BM25.load(str(Path(folder) / 'bm25'), mmap=True, show_progress=False)
+        n = ix._bm25.scores.get('num_docs')
+        if n != len(uids): raise ValueError(f"{folder}: the saved bm25 index holds {n} units, expected {len(uids)}")
     return ix
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #35f67d18
@@ -269,6 +401,8 @@ class BM25Retriever(RetrieverBase):
     def __init__(self, store: Optional[IndexStore] = None, **kw):
         self.kw, self.name, self._index, self.dropped, self.store = kw, 'bm25', None, [], store
     def __repr__(self): return f"BM25Retriever(units={len(self._index) if self._index else 0})"
+    @property
+    def n_units(self) -> int: return len(self._index) if self._index else 0
     def index(self, units: Sequence[Unit], progress: bool = True):
         units = check_units(units, 'bm25.index')
         def build():
@@ -290,10 +424,30 @@ class BM25Retriever(RetrieverBase):
         if self._index is None: raise RuntimeError("bm25: call index(units) before unit_scores")
         queries = check_queries(queries, 'bm25.unit_scores')
         ix = self._index
-        S = np.stack([ix.unit_scores(q.text) for q in queries]) if queries else np.zeros((0, len(ix.units)), np.float32)
-        return S, [u.unit_id for u in ix.units]
+        S = np.stack([ix.unit_scores(q.text) for q in queries]) if queries else np.zeros((0, len(ix)), np.float32)
+        return S, ix.unit_ids()
     @property
     def index_bytes(self) -> int: return self._index.index_bytes if self._index else 0
+
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #056439f5
+@patch
+def index_shards(self: BM25Retriever, shards, progress: bool = True, workers: Optional[int] = None):
+    """Index the units of `shards` (see `BM25Index.write_from_shards`) without holding them: built into the index
+    store under the same key as `index(units)` of the same units (`shards.digest` is their `units_digest`), or
+    loaded from it; with no store, built in a temporary folder removed with the retriever. `workers`: tokenizing processes."""
+    proto = BM25Index(**self.kw)
+    if str(proto.stemmer).startswith('custom:'):                    # a stemmer object has no key: built in memory
+        return self.index([u for b in shards.batches() for u in b], progress=progress)
+    opener = lambda d: BM25Index.open_shards(d, shards, **self.kw)
+    if self.store is None:
+        self._tmp = tempfile.TemporaryDirectory(prefix='docbench-bm25-')
+        BM25Index.write_from_shards(shards, self._tmp.name, progress=progress, workers=workers, **self.kw)
+        self._index = opener(self._tmp.name); return
+    key = content_key(INDEX_FORMAT, 'bm25', json.dumps(_bm25_settings(proto), sort_keys=True), '', shards.digest,
+                      json.dumps(_bm25_versions(proto), sort_keys=True))            # = store.key('bm25', ..., units)
+    built = self.store.get_or_build('bm25', key, lambda: None,
+                                    lambda _, d: BM25Index.write_from_shards(shards, d, progress=progress, workers=workers, **self.kw), opener)
+    self._index = built if built is not None else opener(self.store.folder('bm25', key))
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #6bf07a07
 def rrf_rank_scores(S: np.ndarray, k: int = 60) -> np.ndarray:

@@ -78,6 +78,7 @@ def _captions(p, rng, n):
     rng.shuffle(out)
     return out[:n]
 
+# %% ../../nbs/07_training/00_finetune.ipynb #90389751
 def _sections(p, rng, n):
     out = []
     for s in p.sections:
@@ -104,6 +105,7 @@ def _tables(p, rng, n):
     rng.shuffle(out)
     return out[:n]
 
+# %% ../../nbs/07_training/00_finetune.ipynb #90cc2310
 PAIR_KINDS = {'ict': _ict, 'caption': _captions, 'section': _sections, 'table': _tables}
 
 def llm_free_pairs(papers: Sequence[Paper], per_paper: int = 24, kinds=('ict', 'caption', 'section'), seed: int = 0) -> list:
@@ -133,6 +135,7 @@ def evidence_passage(p: Paper, excerpt: str) -> str:
         if s > score: best, score = t, s
     return best
 
+# %% ../../nbs/07_training/00_finetune.ipynb #40aa128c
 def llm_rephrasings(queries: dict, llm, store=None, retries: int = 1) -> dict:
     """`{group: (rephrasings at levels 1-3, failure reason or '')}` for the level-0 `queries` (`{group: Query}`), written by
     chat model `llm` through the query pipeline's rephrase stage: each level checked to keep meaning and answer, retried,
@@ -182,7 +185,6 @@ def query_pairs(queries, papers: Sequence[Paper], rephrase_frac: float = 0.0, le
             note = f'LLM rephrasing at level {pick} failed ({why}); the original is trained on' if pick else ''
             out.append(TrainPair(base.text, pos, base.doc_ids[0], 'query', 0, base.id, excerpt, sib + reph, None, note))
     return out
-
 
 # %% ../../nbs/07_training/00_finetune.ipynb #0e8bfba1
 def _hard_negatives(pairs, seed):
@@ -237,6 +239,7 @@ def _data_record(pairs) -> dict:
             'rephrased_by': {m: sum(p.rephrased_by == m for p in pairs) for m in sorted({p.rephrased_by for p in pairs if p.rephrased_by})},
             'notes': [f'{p.query_id}: {p.note}' for p in pairs if p.note]}
 
+# %% ../../nbs/07_training/00_finetune.ipynb #a72c3369
 def train_retriever(pairs: Sequence[TrainPair], out_dir, kind: str = 'dense', base: Optional[str] = None, epochs: int = 1,
                     batch_size: int = 32, lr: float = 2e-5, warmup: float = 0.1, temperature: float = 0.05, max_length: int = 256,
                     hard_negatives: bool = False, seed: int = 0, progress: bool = True, force: bool = False) -> dict:
@@ -381,6 +384,7 @@ def ablation(corpus, queries, out_dir, mixes=None, kind: str = 'dense', base: Op
                                                   'n_test_groups': len({q.group_id or q.id for q in test_q}), 'split_seed': seed}, indent=1)
     return rows
 
+# %% ../../nbs/07_training/00_finetune.ipynb #300e79fd
 def paired_p(base, res, metric: str = 'ndcg@10') -> dict:
     "`{'p_L0': ..., ...}`: the paired randomization p-value of `res` against `base` at each rephrasing level."
     from docbench_nb.evaluation.metrics import compare_runs
@@ -445,6 +449,7 @@ def cmd_train_ablation(args) -> int:
     for r in rows: print(json.dumps(r))
     return 0
 
+# %% ../../nbs/07_training/00_finetune.ipynb #33b70fd4
 def _train_options(p, ablation: bool):
     p.add_argument('--corpus', default=None, help='paper sources (a folder of papers) the pairs come from')
     p.add_argument('--queries', default=None, help='query file (docbench JSONL with rephrasings) for query pairs' +
