@@ -56,6 +56,7 @@ def run_size(n: int, args, warm: bool = False) -> dict:
     cache = work / f'cache_{n}_{name}'
     if not warm: shutil.rmtree(cache, ignore_errors=True)
     out = work / f'result_{n}_{name}{"_warm" if warm else ""}.json'
+    for f in (out, Path(f'{out}.run'), Path(f'{out}.qrels')): f.unlink(missing_ok=True)      # this run's, not an earlier one's
     cmd = ['/usr/bin/time', '-v', str(ROOT / '.venv' / 'bin' / 'docbench'), '--cache-dir', str(cache), 'evaluate',
            '--corpus', str(corpus), '--queries', str(SHARED / 'queries' / 'dev.jsonl'), '--retriever', args.retriever,
            '--out', str(out)]

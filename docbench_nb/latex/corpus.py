@@ -9,12 +9,12 @@ from pathlib import Path
 from ..records import Paper, PaperError
 from . import sources as latex, parse
 from ..cache import stage_dir, atomic_write_json, read_json_entry
-from ..workers import imap_bounded, WorkFailure
+from ..workers import imap_bounded, WorkFailure, default_workers
 from ..context import PARSE_TIME_LIMIT, PARSE_MEMORY_MB      # per paper, in its worker
 
 # %% auto #0
-__all__ = ['source_key', 'printable', 'corpus_sources', 'parse_one', 'bind_record', 'cached_record', 'store_record',
-           'corpus_notes', 'load_papers']
+__all__ = ['source_key', 'printable', 'source_keys', 'corpus_sources', 'parse_one', 'bind_record', 'cached_record',
+           'store_record', 'corpus_notes', 'load_papers']
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #a625224a
 def _hash_path(path: Path, h) -> None:
@@ -36,6 +36,15 @@ def source_key(src) -> str:
 def printable(s: str) -> str:
     "`s` with the undecodable bytes of a file name (surrogate escapes) written as `\\xNN`, so it can be stored as UTF-8."
     return os.fsencode(s).decode('utf-8', 'backslashreplace') if any('\udc80' <= c <= '\udcff' for c in s) else s
+
+def source_keys(srcs, workers=None) -> list:
+    "`source_key` of every source, in order, hashed on `workers` processes (None: every core) when there are many."
+    srcs, n = [str(s) for s in srcs], default_workers(workers)
+    if n <= 1 or len(srcs) < 64: return [source_key(s) for s in srcs]
+    import concurrent.futures as cf, multiprocessing as mp
+    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('fork')) as pool:
+        return list(pool.map(source_key, srcs, chunksize=32))
+
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #85410fec
 def corpus_sources(corpus, gold_ids=()) -> list:
@@ -135,17 +144,19 @@ def corpus_notes(papers, errors=()) -> list:
     return notes
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #9227a250
-def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB):
+def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB, keys=None):
     """Parse `srcs` (a list of sources, one folder of papers, or a mapping `{paper_id: source}`) with a per-paper cache,
     on `workers` processes (default: every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Ids and
-    roots come from the caller, never from the cache. Returns `(papers, errors)` in source order."""
+    roots come from the caller, never from the cache. `keys`: the sources' `source_key`s when the caller computed them
+    this run (a streamed run hashes every source once, up front). Returns `(papers, errors)` in source order."""
     srcs, ids = _named_sources(srcs)
     names = [printable(i if i is not None else latex.paper_id_from_path(s)) for s, i in zip(srcs, ids)]
     clash = {n: [s for s, m in zip(srcs, names) if m == n] for n in names if names.count(n) > 1}
     if clash: raise ValueError("paper ids must be unique; " + '; '.join(f"{n!r} is the id of {', '.join(map(str, v))}" for n, v in clash.items())
                                + " (rename a folder, or pass {id: source})")
     root = stage_dir('papers', cache_dir)
-    keys = [source_key(s) for s in srcs]
+    keys = list(keys) if keys is not None else [source_key(s) for s in srcs]
+    if len(keys) != len(srcs): raise ValueError(f"load_papers: {len(keys)} keys for {len(srcs)} sources")
     entries = {k: read_json_entry(root / f'{k}.json') for k in dict.fromkeys(keys)}
     out = [cached_record(entries[k], time_limit, memory_mb, s, i) for s, k, i in zip(srcs, keys, ids)]
     first = {}

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 from ..records import Unit, PaperError
 from ..cache import stage_dir, content_key, file_sha256, atomic_write_json, inside_root, short_repr
 from ..context import RunContext, run_context
-from ..latex.corpus import load_papers, source_key, printable, corpus_notes, corpus_sources
+from ..latex.corpus import load_papers, source_keys, printable, corpus_notes, corpus_sources
 from ..latex import sources as latex
 from .represent import represent
 from fastcore.basics import patch
@@ -222,7 +222,7 @@ def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx
         with _w.catch_warnings():
             _w.filterwarnings('ignore', message='.*have identical sources')           # said once, for the corpus, below
             ps, errs = load_papers(srcs[s:s + batch], cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers,
-                                   time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
+                                   time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb, keys=keys[s:s + batch])
         _mark_identical(ps, same)
         rep = represent(ps, representation, tokenizer=tokenizer, chunk_size=chunk_size, overlap=overlap, progress=False,
                         cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
@@ -278,7 +278,7 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     ids = [printable(latex.paper_id_from_path(s)) for s in srcs]
     _check_ids(srcs, ids)
     tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
-    keys = [source_key(s) for s in srcs]
+    keys = source_keys(srcs, ctx.workers)                 # every source hashed once, on every core
     for g in (g for g in _groups(ids, keys) if len(g) > 1):
         warnings.warn(f"papers {', '.join(g)} have identical sources; they stay {len(g)} papers (parsed once)", stacklevel=2)
     store = IndexStore.for_cache(ctx.cache_dir)
