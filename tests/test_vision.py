@@ -135,7 +135,7 @@ def test_image_and_late_retrievers_exact(tiny):
     r = late.search(qs, k=2)
     assert set(r.scores['q1']) == {'p1', 'p2'}
     late.cache.reset_counters(); late.index(pages[:3], progress=False)
-    assert (late.cache.hits, late.cache.misses) == (3, 0)
+    assert (late.store.built, late.store.loaded, late.cache.hits, late.cache.misses) == (1, 1, 0, 0)   # the saved index, loaded
     with pytest.raises(SpecError, match='needs a model'): make_retriever('clip')
 
 
