@@ -44,7 +44,7 @@ class BM25Index:
         self._bm25, self._starts, self._docs = None, np.zeros(0, dtype=np.intp), []
         self._unit_ids = None           # an index opened from shards keeps the units' ids, not the units
 
-    def __len__(self): return len(self.unit_ids())
+    def __len__(self): self._finalize(); return len(self._unit_ids if self._unit_ids is not None else self.units)
     def unit_ids(self) -> list:
         "The indexed units' ids, in the index's (document-grouped) order."
         self._finalize()

@@ -216,8 +216,7 @@ def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx
     import warnings as _w
     from tqdm.auto import tqdm
     shards, papers, errors, warns, paths, transient = UnitShards(folder), [], [], [], {}, []
-    same = {}
-    for i, k in zip(ids, keys): same.setdefault(k, []).append(i)
+    same = _same_sources(ids, keys)
     for s in tqdm(range(0, len(srcs), batch), desc=f'shards:{representation}', unit='batch', disable=not ctx.progress):
         with _w.catch_warnings():
             _w.filterwarnings('ignore', message='.*have identical sources')           # said once, for the corpus, below
@@ -279,7 +278,7 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     _check_ids(srcs, ids)
     tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
     keys = source_keys(srcs, ctx.workers)                 # every source hashed once, on every core
-    for g in (g for g in _groups(ids, keys) if len(g) > 1):
+    for g in (g for g in _same_sources(ids, keys).values() if len(g) > 1):
         warnings.warn(f"papers {', '.join(g)} have identical sources; they stay {len(g)} papers (parsed once)", stacklevel=2)
     store = IndexStore.for_cache(ctx.cache_dir)
     key = content_key('unit-shards', SHARD_FORMAT, representation, json.dumps(kw, sort_keys=True), chunk_size, overlap,
@@ -293,10 +292,11 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     sc.temporary = tmp
     return _put(store, key, sc, ids) if key is not None else sc
 
-def _groups(ids, keys) -> list:
+def _same_sources(ids, keys) -> dict:
+    "{source key: the ids of the papers with that source, in order}: byte-identical sources share a key."
     same = {}
     for i, k in zip(ids, keys): same.setdefault(k, []).append(i)
-    return list(same.values())
+    return same
 
 # %% ../../nbs/03_retrieval/11_unit_shards.ipynb #a9281901
 def _cached(store, key, ids, srcs) -> Optional[ShardedCorpus]:
