@@ -11,7 +11,8 @@ measured with tracemalloc in a separate pass; whole-process peak RSS is printed 
 import argparse, re, resource, sys, time, tracemalloc, warnings
 from pathlib import Path
 
-from docbench_nb.latex.sources import iter_sources, load_source, flatten_latex
+from docbench_nb.latex.sources import iter_sources, load_source
+from docbench_nb.latex.flatten import flatten_latex
 from docbench_nb.latex.parse import parse_text
 
 FLOAT_ENVS = {'figure', 'figure*', 'wrapfigure', 'SCfigure', 'sidewaysfigure', 'table', 'table*', 'deluxetable',

@@ -24,7 +24,7 @@ def load_paper(src):
         from docbench_nb.latex.parse import parse_paper
         return parse_paper(src), 'parse'
     except ImportError:
-        from docbench_nb.latex.sources import flatten_latex
+        from docbench_nb.latex.flatten import flatten_latex
         from docbench_nb.records import Paper, Figure
         f = flatten_latex(src)
         imgs = []

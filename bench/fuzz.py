@@ -12,7 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tests'))
 from docbench_nb.latex import tex
-from docbench_nb.latex.sources import flatten_latex, iter_sources
+from docbench_nb.latex.sources import iter_sources
+from docbench_nb.latex.flatten import flatten_latex
 from docbench_nb.latex.parse import parse_text
 from docbench_nb.workers import map_bounded, WorkFailure
 from test_fuzz import mutate

@@ -5,6 +5,7 @@
 # %% ../nbs/11_cli.ipynb #6199c561
 from __future__ import annotations
 import argparse, json, os, sys
+from functools import partial
 from pathlib import Path
 from .evaluation.result import DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K   # one set of defaults: CLI and `db.evaluate`
 from .context import context_from_args
@@ -70,15 +71,12 @@ def cmd_evaluate(args) -> int:
               **({'max_pixels': args.max_pixels} if args.max_pixels is not None else {}),
               **({'max_pages': args.max_pages} if args.max_pages is not None else {}))
     if getattr(args, 'stream', False) and args.engine == 'ray':
-        raise ValueError("--stream runs on the local engine (Ray parses and embeds into the cache; use --engine local)")
-    if args.task == 'page':                              # pages are the documents (qrels from SyncTeX); local engine
-        if args.engine == 'ray': raise ValueError("--task page runs on the local engine only (use --engine local)")
-        res = evaluate(args.corpus, args.queries, task='page', **kw)
-    elif args.engine == 'ray':                             # Ray parses and embeds into the cache; the local engine scores
+        raise ValueError("--stream runs on the local engine (Ray fills the cache; use --engine local)")
+    if args.engine == 'ray':                             # every stage before scoring on Ray, into the cache; the local engine scores
         from docbench_nb.evaluation.ray_engine import evaluate_ray
         log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-        res = evaluate_ray(args.corpus, args.queries, address=args.ray_address, actors=args.actors, log=log, **kw)
-    else: res = evaluate(args.corpus, args.queries, **kw)
+        res = evaluate_ray(args.corpus, args.queries, address=args.ray_address, actors=args.actors, log=log, task=args.task, **kw)
+    else: res = evaluate(args.corpus, args.queries, task=args.task, **kw)   # page task: pages are the documents (SyncTeX qrels)
     print(format_result(res))
     t = res['timings']
     print('timings: ' + ', '.join(f'{k}={v:.1f}' for k, v in t.items()))
@@ -146,7 +144,11 @@ def cmd_grid(args) -> int:
     missing = [k for k in ('corpus', 'queries', 'out') if not cfg.get(k)]
     if not cfg.get('rows'): missing += [k for k in ('representations', 'retrievers') if not cfg.get(k)]
     if missing: raise ValueError(f"grid: missing {', '.join('--' + m.replace('_', '-') for m in missing)} (flags or --config)")
-    t = grid(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
+    run = grid
+    if getattr(args, 'engine', 'local') == 'ray':
+        from docbench_nb.evaluation.ray_engine import grid_ray
+        run = partial(grid_ray, address=args.ray_address, actors=args.actors)
+    t = run(cfg['corpus'], cfg['queries'], cfg['out'], representations=cfg.get('representations'), retrievers=cfg.get('retrievers'),
              chunk_sizes=cfg.get('chunk_sizes'), max_pixels=cfg.get('max_pixels'), baseline=cfg.get('baseline'), rows=cfg.get('rows'),
              k=int(cfg['k']) if cfg.get('k') is not None else 10, describer=cfg.get('describer'), redo=args.redo,
              task=cfg.get('task') or 'paper', ctx=context_from_args(args),
@@ -213,10 +215,11 @@ def _add_evaluate(sub):
     e.add_argument('--k', type=int, default=DEFAULT_K, help='papers retrieved per query; the metrics are cut at 1, 5, 10 and k')
     e.add_argument('--out', default=None, help='result JSON to write (".json" added when missing; the TREC run goes beside it '
                    'as OUT.run); checked before any work')
-    e.add_argument('--engine', default='local', choices=['local', 'ray'], help='ray: parse and embed on Ray '
-                   '(a local instance, or the cluster at --ray-address), then score locally on the warm cache')
+    e.add_argument('--engine', default='local', choices=['local', 'ray'], help='ray: parse, render, map pages, OCR and encode '
+                   'on Ray (a local instance, or the cluster at --ray-address; the cache folder shared by every node), then '
+                   'score locally on the warm cache')
     e.add_argument('--ray-address', default=None, help="Ray cluster to join, e.g. 'auto' or ray://HEAD:10001")
-    e.add_argument('--actors', type=int, default=1, help='embedding actors (each holds one copy of the model)')
+    e.add_argument('--actors', type=int, default=1, help='encoding actors (each holds one copy of the model)')
     e.add_argument('--workers', type=int, default=None, help='parallel parse processes for the local engine (default: every core)')
     e.add_argument('--stream', action='store_true', help='parse and represent a batch of papers at a time into unit shards on '
                    'disk (cached), and index from them: memory stays flat as the corpus grows (paper task; BM25 indexes without '
@@ -241,6 +244,10 @@ def _add_grid(sub):
     g.add_argument('--describer', default=None, help='figure describer for text+captions rows (see evaluate --describer; default: default)')
     g.add_argument('--task', default=None, choices=['paper', 'page'], help='paper (default) or page retrieval')
     g.add_argument('--redo', action='store_true', help='recompute rows even when a saved result matches')
+    g.add_argument('--engine', default='local', choices=['local', 'ray'], help='ray: parse once, and fill the cache for each '
+                   'row (render, map pages, OCR, encode) on Ray before the row is scored locally')
+    g.add_argument('--ray-address', default=None, help="Ray cluster to join, e.g. 'auto' or ray://HEAD:10001")
+    g.add_argument('--actors', type=int, default=1, help='encoding actors (each holds one copy of the model)')
     g.set_defaults(fn=cmd_grid)
 
 # %% ../nbs/11_cli.ipynb #5414c156

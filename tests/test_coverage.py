@@ -153,3 +153,22 @@ def test_cli_rejects_bad_arguments(tmp_path):
     with pytest.raises(SystemExit):
         ap.parse_args(['coverage', '--method', 'magic'])
     assert set(METHODS) == {'naive', 'expansion', 'random', 'finetuned', 'spin', 'amer', 'oracle'}
+
+
+def test_evaluate_coverage_goes_through_the_evaluation_core(monkeypatch, tmp_path):
+    "Coverage indexes and searches through `evaluation.core.run_units` (once), and scores the round-robin run it returns."
+    import docbench_nb.coverage.measures as M
+    from docbench_nb.retrieval.encoders import HFTextEncoder, EmbeddingCache
+    calls, real = [], M.run_units
+    def spy(units, queries, retriever, k, **kw):
+        out = real(units, queries, retriever, k, **kw); calls.append((len(units), k, out)); return out
+    monkeypatch.setattr(M, 'run_units', spy)
+    corpus = {'d-bird': 'Wind farms kill migrating birds and bats.', 'd-cost': 'Subsidies for renewables raise household energy bills.',
+              'd-cat': 'A cat sleeps most of the day.', 'd-sun': 'Solar panels make cheap electricity on sunny roofs.'}
+    q = [PerspectiveQuery('w', 'What are the downsides of wind farms?', [Perspective('harm to migrating birds', ['d-bird']),
+                                                                       Perspective('higher electricity bills', ['d-cost'])])]
+    r = evaluate_coverage(q, corpus, 'oracle', encoder=HFTextEncoder(), cache=EmbeddingCache(tmp_path), ks=(1, 2, 3))
+    assert [(n, k) for n, k, _ in calls] == [(4, 3)]
+    ret, run, timings, warnings = calls[0][2]
+    assert r['per_query'][0]['top10'] == run.ranking('w') == ret.fused['w']['rr'] and warnings == []
+    assert (r['n_units'], r['per_query'][0]['n_vectors']) == (4, 2) and r['hc@2'] == 1.0

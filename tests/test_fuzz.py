@@ -8,7 +8,8 @@ from docbench_nb.latex import tex
 from docbench_nb.latex.tex import (brace_pairs, match_brace, match_bracket, read_arg, read_group, read_opt, verbatim_spans,
                              comment_spans, find_env_end, verbatim_end, document_bounds, env_pat, in_spans)
 from docbench_nb.latex.clean import clean_latex
-from docbench_nb.latex.sources import flatten_latex, strip_comments, LatexSourceError
+from docbench_nb.latex.sources import strip_comments, LatexSourceError
+from docbench_nb.latex.flatten import flatten_latex
 from docbench_nb.latex.parse import parse_text, parse_paper, PaperParseError
 from docbench_nb.records import Paper
 

@@ -1,9 +1,10 @@
-"Tests for docbench_nb.latex.sources: source loading, main-file detection, comment stripping, flattening, hostile input."
+"Tests for docbench_nb.latex.sources and .flatten: source loading, main-file detection, comment stripping, flattening, hostile input."
 import gzip, io, json, os, tarfile, zipfile
 from pathlib import Path
 import pytest
-from docbench_nb.latex.sources import (LatexSourceError, SourceTree, Flattened, load_source, iter_sources, find_main_file,
-                               read_text, strip_comments, flatten_latex, safe_resolve, resolve_name)
+from docbench_nb.latex.sources import (LatexSourceError, SourceTree, load_source, iter_sources, find_main_file,
+                               read_text, strip_comments, safe_resolve, resolve_name)
+from docbench_nb.latex.flatten import Flattened, flatten_latex
 
 DOC = '\\documentclass{article}\n\\begin{document}\n%s\n\\end{document}\n'
 

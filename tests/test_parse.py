@@ -308,7 +308,8 @@ def norm_tokens(s): return set(re.findall(r'[a-z0-9]+', s.lower())) - {'the', 'a
 @pytest.fixture(scope='module')
 def corpus(shared_dir, tmp_path_factory):
     "Every shared paper and latex sample, parsed once: `(source, record, active body)` triples."
-    from docbench_nb.latex.sources import load_source, flatten_latex
+    from docbench_nb.latex.sources import load_source
+    from docbench_nb.latex.flatten import flatten_latex
     cache = tmp_path_factory.mktemp('cache')
     srcs = sorted(str(p) for p in (shared_dir / 'corpus' / 'papers').iterdir() if p.is_dir())
     srcs += sorted(str(p) for p in (shared_dir / 'latex-samples').glob('*.tex'))

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
-from ..records import Unit
+from ..records import Unit, Run
 from ..cache import stage_dir, atomic_write_json
 from ..evaluation.metrics import hard_coverage_at_k, round_robin_fuse
+from ..evaluation.core import run_units
 from ..retrieval.unit_index import group_by_doc
+from ..retrieval.registry import RetrieverBase
 from ..retrieval.encoders import HFTextEncoder, EmbeddingCache, embed_cached
 from ..queries.llm_stages import Prompt, parse_reply
 from .perspectives import PerspectiveQuery, load_pir, load_perspective_queries
@@ -23,7 +25,8 @@ from .amer import AmerModel, load_amer, train_amer, save_amer
 # %% auto #0
 __all__ = ['FUSIONS', 'METHODS', 'JUDGE', 'first_gold_ranks', 'coverage_at', 'coverage_by_rank', 'vector_rankings', 'fuse',
            'DocVectors', 'corpus_units', 'doc_vectors', 'doc_scores', 'expansion_prompt', 'expand_queries',
-           'query_vectors', 'soft_coverage', 'evaluate_coverage', 'spin_ablation', 'add_coverage_parsers']
+           'query_vectors', 'soft_coverage', 'PerspectiveRetriever', 'evaluate_coverage', 'spin_ablation',
+           'add_coverage_parsers']
 
 # %% ../../nbs/06_coverage/03_measures.ipynb #bd043a0c
 def first_gold_ranks(ranked: Sequence[str], gold_sets: Sequence[set]) -> list:
@@ -173,6 +176,38 @@ def _encoder_for(method, encoder, model):
     if method == 'amer' and isinstance(model, AmerModel): return model.encoder
     return encoder or HFTextEncoder()
 
+# %% ../../nbs/06_coverage/03_measures.ipynb #e857a6df
+class PerspectiveRetriever(RetrieverBase):
+    """The `Retriever` coverage evaluates, so `evaluation.core.run_units` indexes and searches it like any other: `index`
+    embeds the units (cached) grouped by document; `search` makes each query's vectors by `method` (`query_vectors`),
+    scores every document for every vector (max over its units) and fuses the vector rankings — the run is the round
+    robin fusion; all fusions (`fused`), each query's vector count and the method's details are kept for the table."""
+    def __init__(self, encoder, method: str = 'naive', model=None, m: int = 4, llm=None, layer='middle', seed: int = 0, cache=None):
+        self.encoder, self.method, self.model, self.m, self.llm, self.layer, self.seed = encoder, method, model, m, llm, layer, seed
+        self.cache, self.progress, self.name = cache, False, f"{method}:{getattr(encoder, 'name', type(encoder).__name__)}"
+        self.dropped, self.dv, self.fused, self.n_vectors, self.details = [], None, {}, {}, {}
+
+    def index(self, units: Sequence[Unit], progress: bool = True):
+        self.progress = progress                          # search shows its progress (an LLM expanding queries) as index did
+        self.dv = doc_vectors(units, self.encoder, self.cache, self.progress)
+
+    def search(self, queries: Sequence[PerspectiveQuery], k: int = 10) -> Run:
+        if self.dv is None: raise RuntimeError(f"{self.name}: call index(units) before search")
+        if len({q.id for q in queries}) < len(queries): raise ValueError(f"{self.name}: query ids are not unique")
+        vecs, details = query_vectors(queries, self.method, self.encoder, self.model, self.m, self.llm, self.layer, self.seed, self.progress)
+        scores = {}
+        for q, v, det in zip(queries, vecs, details):
+            S = doc_scores(self.dv, v)
+            self.fused[q.id] = {f: fuse(S, self.dv.docs, k, f) for f in FUSIONS}
+            self.n_vectors[q.id], self.details[q.id] = int(len(v)), det
+            ranked = self.fused[q.id]['rr']
+            scores[q.id] = {d: float(len(ranked) - i) for i, d in enumerate(ranked)}      # the fused order as scores
+        return Run(scores=scores, provenance={q: {} for q in scores}, name=self.name)
+
+    @property
+    def index_bytes(self) -> int: return int(self.dv.vectors.nbytes) if self.dv is not None else 0
+
+# %% ../../nbs/06_coverage/03_measures.ipynb #f8e95a03
 def evaluate_coverage(queries: Sequence[PerspectiveQuery], corpus, method: str = 'naive', *, encoder=None, model=None, m: int = 4,
                       ks=(10, 20, 100), layer='middle', seed: int = 0, llm=None, sc_k: int = 0, cache_dir=None, cache=None,
                       progress: bool = False, name: str = '') -> dict:
@@ -182,22 +217,21 @@ def evaluate_coverage(queries: Sequence[PerspectiveQuery], corpus, method: str =
     if not queries: raise ValueError("evaluate_coverage: no queries")
     if not ks or ks[0] < 1: raise ValueError(f"ks must be positive integers, got {ks}")
     enc = _encoder_for(method, encoder, model)
-    cache = cache if cache is not None else EmbeddingCache(stage_dir('embeddings', cache_dir))
-    dv = doc_vectors(corpus_units(corpus, enc), enc, cache, progress)
-    if missing := sorted({d for q in queries for p in q.perspectives for d in p.doc_ids} - set(dv.docs)):
+    units = corpus_units(corpus, enc)
+    if not units: raise ValueError("evaluate_coverage: no units (empty corpus?)")
+    if missing := sorted({d for q in queries for p in q.perspectives for d in p.doc_ids} - {u.doc_id for u in units}):
         raise ValueError(f"{len(missing)} gold doc ids are not in the corpus, e.g. {missing[:3]} (query {next(q.id for q in queries for p in q.perspectives if missing[0] in p.doc_ids)!r})")
-    t1 = time.time()
-    vecs, details = query_vectors(queries, method, enc, model, m, llm, layer, seed, progress)
-    t2 = time.time()
-    per, by_f, fr_all, main_rank = [], {f: {f'hc@{k}': [] for k in ks} for f in FUSIONS}, [], []
-    for q, v, det in zip(queries, vecs, details):
-        S, gold = doc_scores(dv, v), q.gold_sets
+    cache = cache if cache is not None else EmbeddingCache(stage_dir('embeddings', cache_dir))
+    ret = PerspectiveRetriever(enc, method, model, m, llm, layer, seed, cache=cache)
+    ret, run, timings, warnings = run_units(units, queries, ret, ks[-1], cache_dir=cache_dir, progress=progress)
+    dv, per, by_f, fr_all, main_rank = ret.dv, [], {f: {f'hc@{k}': [] for k in ks} for f in FUSIONS}, [], []
+    for q in queries:
+        gold, ranked = q.gold_sets, run.ranking(q.id)
         for f in FUSIONS:
-            for key, x in coverage_at(fuse(S, dv.docs, ks[-1], f), gold, ks).items(): by_f[f][key].append(x)
-        ranked = fuse(S, dv.docs, ks[-1], 'rr')
+            for key, x in coverage_at(ret.fused[q.id][f], gold, ks).items(): by_f[f][key].append(x)
         fr = first_gold_ranks(ranked, gold); fr_all.append(fr); main_rank.append(ranked)
-        per.append({'id': q.id, 'n_perspectives': len(gold), 'n_vectors': int(len(v)), **coverage_at(ranked, gold, ks),
-                    'first_gold_rank': fr, 'top10': ranked[:10], **det})
+        per.append({'id': q.id, 'n_perspectives': len(gold), 'n_vectors': ret.n_vectors[q.id], **coverage_at(ranked, gold, ks),
+                    'first_gold_rank': fr, 'top10': ranked[:10], **ret.details[q.id]})
     out = {'method': method, 'name': name, 'n_queries': len(queries), 'n_perspectives': sum(len(q.perspectives) for q in queries),
            'n_docs': len(dv.docs), 'n_units': int(len(dv.vectors)),
            **{f'hc@{k}': float(np.mean(by_f['rr'][f'hc@{k}'])) for k in ks},
@@ -205,12 +239,13 @@ def evaluate_coverage(queries: Sequence[PerspectiveQuery], corpus, method: str =
            'coverage_by_rank': coverage_by_rank(fr_all, ks[0]),
            'config': {'encoder': getattr(enc, 'name', ''), 'model': None if model is None or isinstance(model, (SpinModel, AmerModel)) else str(model),
                       'm': m, 'ks': ks, 'layer': layer, 'seed': seed, 'llm': getattr(llm, 'name', None), 'fusion': 'rr'}}
+    if warnings: out['warnings'] = warnings
     if sc_k:
         if llm is None: raise ValueError("soft coverage (sc_k) needs an LLM judge (--llm)")
         sc = soft_coverage(queries, main_rank, dv.texts, llm, sc_k)
         out[f'sc@{sc_k}'] = float(np.mean(sc))
         for row, x in zip(per, sc): row[f'sc@{sc_k}'] = x
-    out['timings'] = {'index_s': round(t1 - t0, 2), 'query_s': round(t2 - t1, 2), 'total_s': round(time.time() - t0, 2)}
+    out['timings'] = {'index_s': round(timings['index_s'], 2), 'query_s': round(timings['search_s'], 2), 'total_s': round(time.time() - t0, 2)}
     out['per_query'] = per
     return out
 

@@ -21,7 +21,7 @@ from .provenance import provenance, training_records, training_overlap
 from .page_task import check_task, page_maps, page_queries, to_page_units
 
 # %% auto #0
-__all__ = ['training_guard', 'evaluate_units', 'evaluate', 'format_result']
+__all__ = ['training_guard', 'run_units', 'evaluate_units', 'evaluate', 'format_result']
 
 # %% ../../nbs/04_evaluation/06_core.ipynb #98b7b376
 def _peak_rss_mb():
@@ -41,19 +41,18 @@ def training_guard(ret, qs, allow_overlap=False):
                         'by_source': r.get('data', {}).get('by_source'), 'adapted_on_papers': len(r.get('data', {}).get('corpus_passages', []))}
                        for n, r in recs], 'overlap': ov, 'n_overlap': len(hit), 'allow_overlap': bool(allow_overlap)}
 
-# %% ../../nbs/04_evaluation/06_core.ipynb #443bc3d4
-def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DEFAULT_RETRIEVER, k: int = DEFAULT_K, *,
-                   ctx: Optional[RunContext] = None, config: Optional[dict] = None, n_docs: Optional[int] = None,
-                   warnings=(), **settings) -> Result:
-    """The step every evaluation ends in — paper task, page task, grid rows, Ray, a dataset imported from another
-    benchmark: index `units` with `retriever` (a spec or a built retriever), run `queries`, score with `score_run`
-    at k. `units` may be `retrieval.unit_shards.UnitShards` (a streamed run): a retriever with `index_shards` builds from
-    them shard by shard; any other reads them into one list, and the result's warnings say so. `config` is merged into
-    the result's; `settings` are `RunContext` fields (`cache_dir=`, `progress=`, ...)."""
+# %% ../../nbs/04_evaluation/06_core.ipynb #0103cb42
+def run_units(units: Sequence[Unit], queries: Sequence, retriever=DEFAULT_RETRIEVER, k: int = DEFAULT_K, *,
+              ctx: Optional[RunContext] = None, warnings=(), **settings) -> tuple:
+    """Index `units` with `retriever` (a spec or a built retriever) and run `queries` at `k`: `(retriever, run,
+    timings, warnings)`, timings `index_s` and `search_s`. `units` may be `retrieval.unit_shards.UnitShards` (a
+    streamed run): a retriever with `index_shards` builds from them shard by shard; any other reads them into one
+    list, and the warnings say so, as they say how many units OCR left without text. `settings` are `RunContext`
+    fields (`cache_dir=`, `progress=`, ...)."""
     ctx = run_context(ctx, **settings)
-    if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
-    if not units: raise ValueError("evaluate_units: no units to index")
-    if not queries: raise ValueError("evaluate_units: no queries")
+    if int(k) < 1: raise ValueError(f"run_units: k must be >= 1, got {k}")
+    if not units: raise ValueError("run_units: no units to index")
+    if not queries: raise ValueError("run_units: no queries")
     timings, t = {}, time.time()
     ret, warnings = make_retriever(retriever, ctx=ctx), list(warnings)
     if hasattr(units, 'batches') and hasattr(ret, 'index_shards'): ret.index_shards(units, progress=ctx.progress, workers=ctx.workers)
@@ -64,7 +63,23 @@ def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DE
     timings['index_s'] = time.time() - t; t = time.time()
     if ret.dropped: warnings.append(f"{len(ret.dropped)} of {len(units)} units had no text after OCR and were not indexed")
     run = ret.search(list(queries), k=k)
-    timings['search_s'] = time.time() - t; t = time.time()
+    timings['search_s'] = time.time() - t
+    return ret, run, timings, warnings
+
+# %% ../../nbs/04_evaluation/06_core.ipynb #443bc3d4
+def evaluate_units(units: Sequence[Unit], queries: Sequence[Query], retriever=DEFAULT_RETRIEVER, k: int = DEFAULT_K, *,
+                   ctx: Optional[RunContext] = None, config: Optional[dict] = None, n_docs: Optional[int] = None,
+                   warnings=(), **settings) -> Result:
+    """The step every evaluation ends in — paper task, page task, grid rows, Ray, a dataset imported from another
+    benchmark: index `units` with `retriever` (a spec or a built retriever) and run `queries` (`run_units`), score with
+    `score_run` at k. `config` is merged into the result's; `settings` are `RunContext` fields (`cache_dir=`,
+    `progress=`, ...)."""
+    ctx = run_context(ctx, **settings)
+    if int(k) < 1: raise ValueError(f"k must be >= 1, got {k}")
+    if not units: raise ValueError("evaluate_units: no units to index")
+    if not queries: raise ValueError("evaluate_units: no queries")
+    ret, run, timings, warnings = run_units(units, queries, retriever, k, ctx=ctx, warnings=warnings)
+    t = time.time()
     cut = lambda xs: tuple(x for x in xs if x <= k)          # no metric deeper than the run: at k = 5 no ndcg@10 or mrr@10
     res = score_run(run, list(queries), ks=cut((1, 5, 10)) + (k,), main_k=k, ndcg_ks=cut((5, 10)))
     timings['metrics_s'] = time.time() - t

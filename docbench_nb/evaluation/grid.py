@@ -157,13 +157,14 @@ def _run_row(row, corpus, queries, papers, ctx, settings, maps=None) -> Result:
 # %% ../../nbs/04_evaluation/07_grid.ipynb #8e6b2b2b
 def grid(corpus, queries, out, representations=None, retrievers=None, chunk_sizes=None, max_pixels=None,
          baseline: Optional[str] = None, k: int = 10, describer=None, rows=None, redo: bool = False, log=print,
-         task: str = 'paper', *, ctx: Optional[RunContext] = None, **settings) -> dict:
+         task: str = 'paper', *, ctx: Optional[RunContext] = None, prepare=None, **settings) -> dict:
     """Run the grid into folder `out` (see the notebook's introduction): the product of `representations` ×
     `retrievers` × `chunk_sizes` × `max_pixels`, then any explicit `rows` ('REP|SPEC|CHUNK[|MAX_PIXELS]' labels, for
     tables that are not a full product). Returns the table dict also written to `out/table.json` (`rows`,
     `baseline`, `computed`, `reused`, `failed`, `seconds`, `task`). `task='page'`: the page-retrieval task. Every row
     runs under one run context, `ctx` (or `RunContext` fields as keywords: `cache_dir=`, `progress=`, ...); `max_pixels`
-    here is a grid axis, each row's pixel budget."""
+    here is a grid axis, each row's pixel budget. `prepare(row, task)`, when given, runs before each row that is computed
+    (the Ray engine fills the cache there) and may return `finish(result)`, called before the row is saved."""
     t0, ctx = time.time(), run_context(ctx, **settings)
     if ctx.max_pixels != DEFAULT_MAX_PIXELS:         # it would run rows at a budget their keys and configs do not record
         raise ValueError(f"grid: give the pixel budget as the max_pixels axis (max_pixels={ctx.max_pixels}), not through the run context")
@@ -189,6 +190,14 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         res = None if redo else _reusable(f, key)
         if res is not None:
             results.append(res); status.append('reused'); log(f"[{i + 1}/{len(rows)}] {row.label}: reused {f.name}"); continue
+        def failed(e):                                      # one bad row never stops the others
+            results.append(None); status.append(f"failed: {type(e).__name__}: {e}")
+            log(f"[{i + 1}/{len(rows)}] {row.label}: FAILED {type(e).__name__}: {e}")
+            atomic_write(out / f"{stem}.error.txt", traceback.format_exc())
+        t, finish = time.time(), None
+        if prepare is not None:                             # before the driver touches the corpus: Ray fills the cache
+            try: finish = prepare(row, task)
+            except Exception as e: failed(e); continue
         if papers is None:
             papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers,
                                          time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
@@ -196,12 +205,10 @@ def grid(corpus, queries, out, representations=None, retrievers=None, chunk_size
         if task == 'page' and maps is None:
             maps = page_maps(papers, ctx=ctx)
             log(f"page maps: {sum(not getattr(m, 'error', None) for m in maps.values())} of {len(maps)} papers mapped")
-        t = time.time()
-        try: res = _run_row(row, corpus, queries, papers, ctx, row_settings, maps)
-        except Exception as e:                              # one bad row never stops the others
-            results.append(None); status.append(f"failed: {type(e).__name__}: {e}")
-            log(f"[{i + 1}/{len(rows)}] {row.label}: FAILED {type(e).__name__}: {e}")
-            atomic_write(out / f"{stem}.error.txt", traceback.format_exc()); continue
+        try:
+            res = _run_row(row, corpus, queries, papers, ctx, row_settings, maps)
+            if finish is not None: finish(res)
+        except Exception as e: failed(e); continue
         res.timings['row_s'] = time.time() - t
         res.extra['grid_key'] = key; res.extra['grid_label'] = row.label
         res.save(f)

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Iterator
 from ..records import Paper, Section, Paragraph, Figure, Table, Equation, PaperError
 from .tex import document_bounds, verbatim_spans
-from .sources import (LatexSourceError, SourceTree, load_source, iter_sources, flatten_latex,
-                               strip_comments, paper_id_from_path)
+from .sources import (LatexSourceError, SourceTree, load_source, iter_sources, strip_comments,
+                                      paper_id_from_path)
+from .flatten import flatten_latex
 from .macros import (Macro, EnvMacro, parse_macros, expand_macros, _EQ_ENVS, _find_defs, _collect_macros,
                                 _collect_envs, _strip_defs, _expand)
 from .clean import MARK, clean_latex, _Cleaner, _normalize, _prepare
@@ -270,8 +271,9 @@ def paper_summary(p) -> dict:
             'warnings': list(p.warnings)}
 
 # %% ../../nbs/01_latex/06_parse.ipynb #f2fa3491
-PARSE_MODULES = ('docbench_nb.records', 'docbench_nb.latex.tex', 'docbench_nb.latex.sources', 'docbench_nb.latex.macros',
-                 'docbench_nb.latex.floats', 'docbench_nb.latex.clean', 'docbench_nb.latex.frontmatter', 'docbench_nb.latex.parse')
+PARSE_MODULES = ('docbench_nb.records', 'docbench_nb.latex.tex', 'docbench_nb.latex.sources', 'docbench_nb.latex.flatten',
+                 'docbench_nb.latex.macros', 'docbench_nb.latex.floats', 'docbench_nb.latex.clean',
+                 'docbench_nb.latex.frontmatter', 'docbench_nb.latex.parse')
 
 def parser_version(n: int = 16) -> str:
     "Hex digest (first `n` digits) of the source of every module in `PARSE_MODULES`: changes whenever parsing code changes."

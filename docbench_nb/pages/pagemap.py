@@ -12,7 +12,8 @@ from typing import Optional
 from ..records import Paper, Query
 from ..cache import cache_root, content_key, file_sha256, atomic_write_json
 from .assets import run_tool, ToolTimeout
-from ..latex.sources import flatten_latex, read_text, LatexSourceError, iter_sources
+from ..latex.sources import read_text, LatexSourceError, iter_sources
+from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
 from ..latex.clean import clean_latex
 from .render import render_paper, OWN_LATEX_PATHS

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 from PIL import Image
 from ..records import Paper
-from ..latex.sources import flatten_latex
+from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
 from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json
 from .assets import run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi

@@ -471,6 +471,19 @@ class ImageRetriever(RetrieverBase):
     @property
     def index_bytes(self) -> int: return self._index.index_bytes if self._index else 0
 
+# %% ../../nbs/03_retrieval/06_image_encoders.ipynb #44571774
+@patch
+def precompute(self: ImageRetriever, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+    "Vectors of `units` (images and text) and `queries` into the cache; the number embedded (0 without a cache)."
+    if self.cache is False: return 0
+    before, units = self.cache.embedded, list(units)
+    for i, u in enumerate(units):
+        if not isinstance(u, Unit): raise TypeError(f"{self.name}.precompute: item {i} is {type(u).__name__}, not Unit")
+    if units: embed_units_cached(self.encoder, units, self.cache, self.batch_size, progress)
+    qs = [q.text for q in queries]
+    if qs: embed_cached(self.encoder, qs, kind='query', cache=self.cache, batch_size=self.batch_size, progress=False)
+    return self.cache.embedded - before
+
 # %% ../../nbs/03_retrieval/06_image_encoders.ipynb #77724dfd
 IMAGE_RETRIEVER_KINDS = ('clip', 'vlm', 'colpali')     # retriever kinds that read images (colpali registers in `late`)
 

@@ -340,6 +340,23 @@ def unit_scores(self: LateRetriever, queries: Sequence[Query]) -> tuple:
     qm = embed_tokens_cached(self.encoder, [q.text for q in queries], 'query', self.cache, self.batch_size, progress=False)
     return self._index.unit_scores(qm).T, [u.unit_id for u in self._index.units]
 
+# %% ../../nbs/03_retrieval/07_late.ipynb #c5d5a959
+@patch
+def precompute(self: LateRetriever, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+    "Token matrices of `units` (their images, or their text) and `queries` into the token cache; the number encoded (0 without a cache)."
+    if self.cache is False: return 0
+    before, units = self.cache.embedded, list(units)
+    for i, u in enumerate(units):
+        if not isinstance(u, Unit): raise TypeError(f"{self.name}.precompute: item {i} is {type(u).__name__}, not Unit")
+    if getattr(self.encoder, 'modality', 'text') == 'image':
+        if units: self._image_mats(units, progress)
+    else:
+        texts = [u.text for u in units if u.text.strip()]
+        if texts: embed_tokens_cached(self.encoder, texts, 'unit', self.cache, self.batch_size, progress)
+    qs = [q.text for q in queries]
+    if qs: embed_tokens_cached(self.encoder, qs, 'query', self.cache, self.batch_size, progress=False)
+    return self.cache.embedded - before
+
 # %% ../../nbs/03_retrieval/07_late.ipynb #a483a935
 LATE_OPTIONS = {'dtype': Option(str, 'float32', choices=('float32', 'float16'), help='stored precision of token vectors'),
                 'pool': Option(int, 1, min=1, help='pool this many document tokens into one'),

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
-from ..records import Unit
+from ..records import Unit, Query
+from fastcore.basics import patch
 from ..pages.assets import run_tool, ToolTimeout
 from ..cache import stage_dir, file_sha256, atomic_write_json, read_json_entry
 from .chunking import chunk_spans, clip_tokens, counting_tokenizer
@@ -273,6 +274,15 @@ class OCRRetriever(RetrieverBase):
 
     @property
     def index_bytes(self) -> int: return self.retriever.index_bytes
+
+# %% ../../nbs/03_retrieval/08_ocr.ipynb #08a23b82
+@patch
+def precompute(self: OCRRetriever, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+    "OCR the image units (cached) and let the wrapped retriever precompute the text units `index` would give it; the number it encoded."
+    done = ocr_units(units, self.engine, self.cache_dir, self.timeout, self.lang, progress, self.on_error, self.tokenizer)
+    keep = [u for u in done if u.text.strip()]
+    if self.chunk_size: keep = chunk_ocr_units(keep, self.chunk_size, self.tokenizer)
+    return self.retriever.precompute(keep, queries, progress) if hasattr(self.retriever, 'precompute') else 0
 
 # %% ../../nbs/03_retrieval/08_ocr.ipynb #6ca7ce32
 @register_retriever('ocr', model='optional', model_name='ENGINE', inner=True,

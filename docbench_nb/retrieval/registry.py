@@ -34,6 +34,11 @@ class RetrieverBase:
     window: Optional[int] = None
     dropped: list = ()
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
+    def precompute(self, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+        """Compute and cache what `index(units)` and `search(queries)` would encode, building no index; the number of
+        items encoded. Engines that spread encoding over many processes (Ray actors) call it; a retriever that
+        caches nothing (BM25 builds its whole index at once) has nothing to do."""
+        return 0
 
 # %% ../../nbs/03_retrieval/02_registry.ipynb #821f6fb7
 RETRIEVERS = Registry('retriever', entry_point_group='docbench.retrievers')   # kinds register where they are defined

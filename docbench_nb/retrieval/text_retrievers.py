@@ -499,6 +499,23 @@ class HybridRetriever(RetrieverBase):
     @property
     def index_bytes(self) -> int: return sum(r.index_bytes for r in self.retrievers)
 
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #e891c968
+@patch
+def precompute(self: DenseRetriever, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+    "Embed the texts of `units` (those with text) and `queries` into the cache; the number of texts embedded (0 without a cache)."
+    if self.cache is False: return 0
+    before = self.cache.embedded
+    texts = [u.text for u in check_units(units, f"{self.name}.precompute") if u.text.strip()]
+    if texts: embed_cached(self.encoder, texts, 'unit', self.cache, self.batch_size, progress)
+    if queries: self._query_vectors(check_queries(queries, f"{self.name}.precompute"))
+    return self.cache.embedded - before
+
+@patch
+def precompute(self: HybridRetriever, units: Sequence[Unit] = (), queries: Sequence[Query] = (), progress: bool = False) -> int:
+    "Each part's `precompute`; the total encoded."
+    units, queries = list(units), list(queries)
+    return sum(r.precompute(units, queries, progress) for r in self.retrievers if hasattr(r, 'precompute'))
+
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #08b780a7
 def _embedding_cache(cache_dir): return EmbeddingCache(stage_dir('embeddings', cache_dir)) if cache_dir is not None else None
 

@@ -247,7 +247,7 @@ def train_retriever(pairs: Sequence[TrainPair], out_dir, kind: str = 'dense', ba
     id or folder, default the bundled MiniLM — on `pairs` with in-batch contrastive loss; save to `out_dir`; the record."""
     import torch
     from docbench_nb.retrieval.encoders import HFTextEncoder, model_fingerprint
-    from docbench_nb.retrieval.late import HFTokenEncoder
+    from docbench_nb.retrieval.token_encoders import HFTokenEncoder
     if kind not in ('dense', 'late'): raise ValueError(f"kind {kind!r}: expected 'dense' or 'late'")
     pairs = list(pairs); out = Path(out_dir)
     if len(pairs) < 2: raise ValueError(f"train: needs at least 2 pairs (in-batch negatives), got {len(pairs)}")
