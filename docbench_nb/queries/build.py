@@ -13,9 +13,10 @@ from .evidence import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES,
                                  read_query_records, write_query_records)
 from .bm25_filter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
 from .llm_stages import (_fp, _workers, generate_stage, decontextualize_stage, verify_stage, naturalize_stage, rephrase_stage,
-                              false_negative_stage, answer_check_stage)
+                              false_negative_stage, answer_check_stage, DEFAULT_DOMAIN, DEFAULT_LANGUAGE,
+                              load_prompts, needed_prompts, use_prompts, write_prompts)
 from .selection import (BudgetExceeded, Metered, TokenMeter, dedup_stage, estimate_calls, evidence_per_paper,
-                                           parse_quota, parse_round_trip, round_trip_stage, select_stage)
+                                           parse_quota, parse_round_trip, round_trip_stage, select_stage, token_counter)
 from .review import (STAGES, attrition, attrition_table, review_html, write_attrition, add_review_commands,
                                         decisions_csv)
 from .card import write_dataset_card, prompt_hashes
@@ -132,7 +133,8 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
                   min_judge_accuracy: Optional[float] = None, calibration: bool = False, fn: Optional[str] = None,
                   round_trip: Optional[str] = None, answer_check: bool = False, target: Optional[int] = None, quota=None,
                   oversample: float = 3.0, dedup: Optional[float] = None, prices: Optional[dict] = None, dry_run: bool = False,
-                  budget: Optional[int] = None, seed: int = 0) -> dict:
+                  budget: Optional[int] = None, seed: int = 0, prompts=None, domain: str = DEFAULT_DOMAIN,
+                  language: str = DEFAULT_LANGUAGE) -> dict:
     """Run every stage on `corpus` with chat model `llm`; write queries, stage records, attrition and review sheet to `out_dir`.
     `judge` (default `llm`) answers the verify, rephrase-check and false-negative calls. With `min_judge_accuracy` (or
     `calibration`) the judge is first calibrated (`queries.calibration.calibrate`, cached); a judge whose balanced accuracy on
@@ -144,100 +146,112 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
     `oversample` / `seed`, `dedup` (cosine threshold; 0.9 with a target, 0 switches it off). `dry_run`: extract the
     evidence, write `dry_run.json` (calls and tokens per stage, `selection.estimate_calls`; money with `prices`) and
     stop before any model call. `budget`: stop with `selection.BudgetExceeded` once that many tokens are spent (this
-    run's, cache hits free), after writing `budget.json`; a rerun resumes."""
-    fn = fn_mode(fn, drop_ambiguous)
-    if quota and target is None: raise ValueError("a quota needs a target (--target N)")
-    quotas = parse_quota(quota, target) if quota else {}
-    rt = parse_round_trip(round_trip) if round_trip else None
-    dedup = (0.9 if target else None) if dedup is None else (dedup or None)
-    meter = TokenMeter(budget)
-    out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
-    jd, calib = (llm if judge is None else judge), None
-    if (min_judge_accuracy is not None or calibration) and not dry_run:
-        calib = calibrate(jd, cache_dir=cache_dir, progress=progress)
-        calib = {k: v for k, v in calib.items() if k != 'items'}
-        atomic_write(out / 'calibration.md', calibration_table(calib))
-        if min_judge_accuracy is not None and (why := judge_problem(calib, min_judge_accuracy)):
-            raise JudgeAccuracyError(f"{why} (table: {out / 'calibration.md'})")
-    papers = _papers(corpus, cache_dir, papers, progress)
-    warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]
-    for w in warns:                                          # said before any model call, not after the run
-        if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
-        else: warnings.warn(w, stacklevel=2)
-    sources = select_papers(papers, evidence_papers)
-    pp = evidence_per_paper(target, len(sources), tuple(types), quotas, oversample) if target else {t: per_paper for t in types}
-    def extract(ps):
-        got = [extract_evidence(ps, types=(t,), per_paper=n, cache_dir=cache_dir) for t, n in pp.items() if n]
-        return [e for g in got for e in g[0]], [r for g in got for r in g[1]]
-    evs, recs = _stage('extract', extract, sources, progress, batch=1)
-    store.replace('extract', recs)
-    atomic_write(out / 'evidence.jsonl', ''.join(json.dumps(e.to_dict(), ensure_ascii=False) + '\n' for e in evs))
-    ev_by_id, all_recs, timings = {e.id: e for e in evs}, list(recs), {'extract': time.time() - t0}
-    if dry_run:
-        est = estimate_calls(evs, retries, top_n, answer_check, generator=_model(llm)['name'], judge=_model(jd)['name'], prices=prices)
-        atomic_write_json(out / 'dry_run.json', est, indent=1)
-        return {'dry_run': True, 'out_dir': str(out), 'n_papers': len(papers), 'n_evidence': len(evs), 'evidence_per_paper': pp,
-                'estimate': est, 'files': {'dry_run': str(out / 'dry_run.json')}}
-    llm, jd = Metered(llm, meter), (Metered(jd, meter) if jd is not llm else None)
-    jd = llm if jd is None else jd
-    index = build_corpus_index(papers, cache_dir=cache_dir)
-    rt_index = None if rt is None else index if rt[0] == 'bm25' else build_corpus_index(papers, retriever=rt[0], cache_dir=cache_dir)
-    picked = {}
-    steps = [('generate', lambda ds: generate_stage(ds, llm, store, images=images)),
-             ('decontextualize', lambda ds: decontextualize_stage(ds, llm, store)),
-             ('bm25', lambda ds: bm25_filter(ds, index, bm25_k)),
-             ('verify', lambda ds: verify_stage(ds, ev_by_id, jd, store)),
-             ('naturalize', lambda ds: naturalize_stage(ds, llm, store)),
-             ('round_trip', (lambda ds: round_trip_stage(ds, rt_index, rt[1], rt[0])) if rt else None),
-             ('answer_check', (lambda ds: answer_check_stage(ds, ev_by_id, jd, store)) if answer_check else None),
-             ('dedup', (lambda ds: dedup_stage(ds, dedup)) if dedup else None),
-             ('rephrase', lambda ds: rephrase_stage(ds, llm, store, retries=retries, on_fail=on_rephrase_fail, judge=None if jd is llm else jd)),
-             ('false_negative', lambda ds: false_negative_stage(ds, index, jd, store, top_n=top_n, drop_ambiguous=fn == 'drop')),
-             ('select', (lambda ds: (lambda k, r, rep: (picked.update(rep) or k, r))(*select_stage(ds, target, quotas, seed))) if target else None)]
-    drafts = evs                                             # generate reads the evidence; every later stage the drafts
-    # items per stage call (the progress bar's step): one at a time for a serial model; for an endpoint, four times its
-    # concurrency, so the stage's pool stays full (it drains only at the end of each call)
-    bs = _workers(llm, jd)
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='--bm25-k')    # given once, above
-        whole = ('round_trip', 'dedup', 'select')         # stages that compare items: one call on all of them
-        for name, step in [x for x in steps if x[1] is not None]:
-            t, meter.stage = time.time(), name
-            try: drafts, recs = _stage(name, step, list(drafts), progress, batch=8 if name == 'bm25' else max(1, len(drafts)) if name in whole
-                                       else 1 if bs == 1 else 4 * bs)
+    run's, cache hits free), after writing `budget.json`; a rerun resumes. `prompts`: a folder of prompt templates
+    (`llm_stages.load_prompts`; refused, before anything runs, when it lacks one this build needs), filled for `domain`
+    and `language`; every stage, the calibration and the card use them."""
+    pset = load_prompts(prompts, domain, language, needed=needed_prompts(types, answer_check))
+    with use_prompts(pset):
+        fn = fn_mode(fn, drop_ambiguous)
+        if quota and target is None: raise ValueError("a quota needs a target (--target N)")
+        quotas = parse_quota(quota, target) if quota else {}
+        rt = parse_round_trip(round_trip) if round_trip else None
+        dedup = (0.9 if target else None) if dedup is None else (dedup or None)
+        meter = TokenMeter(budget)
+        out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
+        jd, calib = (llm if judge is None else judge), None
+        if (min_judge_accuracy is not None or calibration) and not dry_run:
+            meter.stage = 'calibration'                  # the judge's calibration calls are metered (and budgeted) too
+            try: calib = calibrate(Metered(jd, meter), cache_dir=cache_dir, progress=progress)
             except BudgetExceeded as e:
-                atomic_write_json(out / 'budget.json', {'budget': budget, 'spent': meter.spent, 'stopped_in': name,
+                atomic_write_json(out / 'budget.json', {'budget': budget, 'spent': meter.spent, 'stopped_in': 'calibration',
                                                         'spent_by_stage': meter.report(prices)}, indent=1)
                 raise BudgetExceeded(f"{e} ({out / 'budget.json'})") from None
-            if name == 'bm25': store.replace('bm25', recs)
-            all_recs += recs; timings[name] = time.time() - t
-    write_final_queries(drafts, out / 'queries.jsonl', fn)
-    atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
-    att = attrition(all_recs, BUILD_STAGES)
-    att['cost'] = stage_costs(all_recs, timings)
-    att['spent'] = meter.report(prices)
-    if budget is not None: att['budget'] = {'tokens': budget, 'spent': meter.spent}
-    share = lambda c: {t: round(n / max(1, sum(c.values())), 3) for t, n in c.items()}
-    ev_n, fin_n = Counter(e.evidence_type for e in evs), Counter(d.evidence_type for d in drafts)
-    att['set'] = {'evidence': dict(ev_n), 'final': {t: fin_n[t] for t in ev_n}, 'final_share': share({t: fin_n[t] for t in ev_n}),
-                  'evidence_per_paper': pp, 'target': target, 'quota': quotas, 'oversample': oversample if target else None,
-                  'selection': picked or None, 'dedup_threshold': dedup, 'round_trip': {'retriever': rt[0], 'k': rt[1]} if rt else None,
-                  'answer_check': answer_check, 'fn': fn}
-    att['models'] = {'generator': _model(llm.llm), 'judge': _model(jd.llm), 'judge_is_generator': jd is llm}
-    att['calibration'] = calib
-    if min_judge_accuracy is not None: att['min_judge_accuracy'] = min_judge_accuracy
-    att['settings'], att['prompts'] = {'bm25_k': bm25_k, 'top_n': top_n, 'retries': retries}, prompt_hashes()
-    paths = write_attrition(att, out)
-    paths['card'] = str(write_dataset_card(out))
-    write_review(drafts, ev_by_id, all_recs, out / 'review.html')
-    _decisions_template(drafts, out / 'decisions.csv')
-    return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),
-            'n_dropped': sum(r.dropped and r.stage != 'extract' for r in all_recs), 'warnings': warns,
-            'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm.llm, 'stats', {}) or {}),
-            'judge': getattr(jd, 'name', type(jd).__name__), 'calibration': calib,
-            'timings': timings, 'files': {'queries': str(out / 'queries.jsonl'), 'stages': str(out / 'stages.jsonl'),
-            'review': str(out / 'review.html'), 'decisions': str(out / 'decisions.csv'), **paths,
-            **({'calibration': str(out / 'calibration.md')} if calib else {})}}
+            calib = {k: v for k, v in calib.items() if k != 'items'}
+            atomic_write(out / 'calibration.md', calibration_table(calib))
+            if min_judge_accuracy is not None and (why := judge_problem(calib, min_judge_accuracy)):
+                raise JudgeAccuracyError(f"{why} (table: {out / 'calibration.md'})")
+        papers = _papers(corpus, cache_dir, papers, progress)
+        warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]
+        for w in warns:                                          # said before any model call, not after the run
+            if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
+            else: warnings.warn(w, stacklevel=2)
+        sources = select_papers(papers, evidence_papers)
+        pp = evidence_per_paper(target, len(sources), tuple(types), quotas, oversample) if target else {t: per_paper for t in types}
+        def extract(ps):
+            got = [extract_evidence(ps, types=(t,), per_paper=n, cache_dir=cache_dir) for t, n in pp.items() if n]
+            return [e for g in got for e in g[0]], [r for g in got for r in g[1]]
+        evs, recs = _stage('extract', extract, sources, progress, batch=1)
+        store.replace('extract', recs)
+        atomic_write(out / 'evidence.jsonl', ''.join(json.dumps(e.to_dict(), ensure_ascii=False) + '\n' for e in evs))
+        ev_by_id, all_recs, timings = {e.id: e for e in evs}, list(recs), {'extract': time.time() - t0}
+        if dry_run:
+            est = estimate_calls(evs, retries, top_n, answer_check, generator=_model(llm)['name'], judge=_model(jd)['name'], prices=prices,
+                                 count_generator=token_counter(llm), count_judge=token_counter(jd))
+            atomic_write_json(out / 'dry_run.json', est, indent=1)
+            return {'dry_run': True, 'out_dir': str(out), 'n_papers': len(papers), 'n_evidence': len(evs), 'evidence_per_paper': pp,
+                    'estimate': est, 'files': {'dry_run': str(out / 'dry_run.json')}}
+        llm, jd = Metered(llm, meter), (Metered(jd, meter) if jd is not llm else None)
+        jd = llm if jd is None else jd
+        index = build_corpus_index(papers, cache_dir=cache_dir)
+        rt_index = None if rt is None else index if rt[0] == 'bm25' else build_corpus_index(papers, retriever=rt[0], cache_dir=cache_dir)
+        picked = {}
+        steps = [('generate', lambda ds: generate_stage(ds, llm, store, images=images)),
+                 ('decontextualize', lambda ds: decontextualize_stage(ds, llm, store)),
+                 ('bm25', lambda ds: bm25_filter(ds, index, bm25_k)),
+                 ('verify', lambda ds: verify_stage(ds, ev_by_id, jd, store)),
+                 ('naturalize', lambda ds: naturalize_stage(ds, llm, store)),
+                 ('round_trip', (lambda ds: round_trip_stage(ds, rt_index, rt[1], rt[0])) if rt else None),
+                 ('answer_check', (lambda ds: answer_check_stage(ds, ev_by_id, jd, store)) if answer_check else None),
+                 ('dedup', (lambda ds: dedup_stage(ds, dedup)) if dedup else None),
+                 ('rephrase', lambda ds: rephrase_stage(ds, llm, store, retries=retries, on_fail=on_rephrase_fail, judge=None if jd is llm else jd)),
+                 ('false_negative', lambda ds: false_negative_stage(ds, index, jd, store, top_n=top_n, drop_ambiguous=fn == 'drop')),
+                 ('select', (lambda ds: (lambda k, r, rep: (picked.update(rep) or k, r))(*select_stage(ds, target, quotas, seed))) if target else None)]
+        drafts = evs                                             # generate reads the evidence; every later stage the drafts
+        # items per stage call (the progress bar's step): one at a time for a serial model; for an endpoint, four times its
+        # concurrency, so the stage's pool stays full (it drains only at the end of each call)
+        bs = _workers(llm, jd)
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', message='--bm25-k')    # given once, above
+            whole = ('round_trip', 'dedup', 'select')         # stages that compare items: one call on all of them
+            for name, step in [x for x in steps if x[1] is not None]:
+                t, meter.stage = time.time(), name
+                try: drafts, recs = _stage(name, step, list(drafts), progress, batch=8 if name == 'bm25' else max(1, len(drafts)) if name in whole
+                                           else 1 if bs == 1 else 4 * bs)
+                except BudgetExceeded as e:
+                    atomic_write_json(out / 'budget.json', {'budget': budget, 'spent': meter.spent, 'stopped_in': name,
+                                                            'spent_by_stage': meter.report(prices)}, indent=1)
+                    raise BudgetExceeded(f"{e} ({out / 'budget.json'})") from None
+                if name == 'bm25': store.replace('bm25', recs)
+                all_recs += recs; timings[name] = time.time() - t
+        write_final_queries(drafts, out / 'queries.jsonl', fn)
+        atomic_write(out / 'stages.jsonl', ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in all_recs))
+        att = attrition(all_recs, BUILD_STAGES)
+        att['cost'] = stage_costs(all_recs, timings)
+        att['spent'] = meter.report(prices)
+        if budget is not None: att['budget'] = {'tokens': budget, 'spent': meter.spent}
+        share = lambda c: {t: round(n / max(1, sum(c.values())), 3) for t, n in c.items()}
+        ev_n, fin_n = Counter(e.evidence_type for e in evs), Counter(d.evidence_type for d in drafts)
+        att['set'] = {'evidence': dict(ev_n), 'final': {t: fin_n[t] for t in ev_n}, 'final_share': share({t: fin_n[t] for t in ev_n}),
+                      'evidence_per_paper': pp, 'target': target, 'quota': quotas, 'oversample': oversample if target else None,
+                      'selection': picked or None, 'dedup_threshold': dedup, 'round_trip': {'retriever': rt[0], 'k': rt[1]} if rt else None,
+                      'answer_check': answer_check, 'fn': fn}
+        att['models'] = {'generator': _model(llm.llm), 'judge': _model(jd.llm), 'judge_is_generator': jd is llm}
+        att['calibration'] = calib
+        if min_judge_accuracy is not None: att['min_judge_accuracy'] = min_judge_accuracy
+        att['settings'] = {'bm25_k': bm25_k, 'top_n': top_n, 'retries': retries, 'domain': domain, 'language': language,
+                           'prompts_dir': str(Path(prompts).resolve()) if prompts else None}
+        att['prompts'] = prompt_hashes()
+        paths = write_attrition(att, out)
+        paths['card'] = str(write_dataset_card(out))
+        write_review(drafts, ev_by_id, all_recs, out / 'review.html')
+        _decisions_template(drafts, out / 'decisions.csv')
+        return {'out_dir': str(out), 'n_papers': len(papers), 'n_evidence_papers': len(sources), 'n_evidence': len(evs), 'n_queries': len(drafts),
+                'n_dropped': sum(r.dropped and r.stage != 'extract' for r in all_recs), 'warnings': warns,
+                'attrition': att, 'llm': getattr(llm, 'name', type(llm).__name__), 'llm_stats': dict(getattr(llm.llm, 'stats', {}) or {}),
+                'judge': getattr(jd, 'name', type(jd).__name__), 'calibration': calib,
+                'timings': timings, 'files': {'queries': str(out / 'queries.jsonl'), 'stages': str(out / 'stages.jsonl'),
+                'review': str(out / 'review.html'), 'decisions': str(out / 'decisions.csv'), **paths,
+                **({'calibration': str(out / 'calibration.md')} if calib else {})}}
 
 # %% ../../nbs/05_queries/05_build.ipynb #f7a351b3
 def _write_records(recs, out_file):
@@ -287,12 +301,15 @@ def _cmd_build(args):
                             min_judge_accuracy=args.min_judge_accuracy, calibration=args.calibrate, fn=args.fn_mode,
                             round_trip=args.round_trip, answer_check=args.answer_check, target=args.target, quota=args.quota,
                             oversample=args.oversample, dedup=args.dedup, prices=load_prices(args.prices) if args.prices else None,
-                            dry_run=args.dry_run, budget=args.budget)
+                            dry_run=args.dry_run, budget=args.budget, prompts=args.prompts, domain=args.domain,
+                            language=args.language)
     except BudgetExceeded as e:
         print(f"docbench queries build: stopped: {e}", file=sys.stderr); return 3
     if res.get('dry_run'):
         import pandas as pd
-        if not getattr(args, 'quiet', False): print(pd.DataFrame(res['estimate']).T.drop(columns=['note'], errors='ignore').to_string())
+        if not getattr(args, 'quiet', False):
+            print(pd.DataFrame(res['estimate']).T.drop(columns=['note', 'token_count'], errors='ignore').to_string())
+            print(res['estimate']['total']['note'])
         return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence', 'evidence_per_paper', 'files')})
     if not getattr(args, 'quiet', False):
         import pandas as pd
@@ -302,6 +319,10 @@ def _cmd_build(args):
               'lists each with the stage and the reason', file=sys.stderr)
     return _say(args, {k: res[k] for k in ('out_dir', 'n_papers', 'n_evidence_papers', 'n_evidence', 'n_queries', 'n_dropped',
                                           'warnings', 'llm_stats', 'files')})
+
+def _cmd_prompts(args):
+    paths = write_prompts(args.out)
+    return _say(args, {'out': str(args.out), 'files': [p.name for p in paths]})
 
 def _cmd_filter(args):
     return _say(args, filter_queries(args.corpus, args.queries, args.k, args.out, getattr(args, 'cache_dir', None)))
@@ -329,7 +350,7 @@ def _cmd_calibrate(args):
 
 # %% ../../nbs/05_queries/05_build.ipynb #4592d121
 def add_queries_parser(sub):
-    "Add `queries build|filter|rephrase|check-fn|import-review|review-sample|agreement|card|calibrate` to the argparse subparsers `sub`; returns the `queries` parser."
+    "Add `queries build|prompts|filter|rephrase|check-fn|import-review|review-sample|agreement|card|calibrate` to the argparse subparsers `sub`; returns the `queries` parser."
     qp = sub.add_parser('queries', help='build, filter, rephrase, check and review evidence-grounded queries')
     qs = qp.add_subparsers(dest='queries_cmd', required=True, metavar='STEP')
     llm_help = 'chat model: local (bundled SmolLM2) | local:FOLDER | openai:MODEL[@BASE_URL] (key from $OPENAI_API_KEY)'
@@ -364,6 +385,10 @@ def add_queries_parser(sub):
                    '(upper bounds), with no model call')
     b.add_argument('--budget', type=int, default=None, metavar='TOKENS', help='stop cleanly (exit 3) once this run has spent TOKENS '
                    'tokens (cache hits free); a rerun with a larger budget resumes')
+    b.add_argument('--prompts', default=None, metavar='DIR', help='prompt templates NAME.txt (`docbench queries prompts --out DIR` '
+                   'writes the package\'s to edit); a template the build needs and DIR lacks is refused')
+    b.add_argument('--domain', default=DEFAULT_DOMAIN, help='what the documents are, filled into the prompts (default: %(default)s)')
+    b.add_argument('--language', default=DEFAULT_LANGUAGE, help='the language queries are written in (default: %(default)s)')
     b.add_argument('--out', default='queries_out', help='output folder; a rerun resumes from what it holds')
     b.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='drop',
                    help='a query whose rephrasing fails: dropped, or kept with the levels that passed (flagged)')
@@ -395,6 +420,10 @@ def add_queries_parser(sub):
     c.add_argument('--fn', dest='fn_mode', choices=FN_MODES, default=None, help='keep-flag (default), drop, or add-qrels (gold grade 2, '
                    'papers that also answer grade 1)')
     c.set_defaults(fn=_cmd_check_fn)
+    pr = qs.add_parser('prompts', help="write the package's prompt templates to a folder, to edit and pass to build --prompts",
+                       epilog='examples:\n  docbench queries prompts --out prompts/\n  docbench queries build --corpus papers/ --llm local '
+                              '--prompts prompts/ --domain "court ruling" --language German --out qset/')
+    pr.add_argument('--out', required=True, help='folder to write NAME.txt into'); pr.set_defaults(fn=_cmd_prompts)
     add_review_commands(qs)              # import-review, review-sample, agreement, card
     k = qs.add_parser('calibrate', help="measure a judge model on the calibration set: balanced accuracy per stage and label, injection flip rate",
                       description='Run the built-in calibration set (good and known-bad queries, rephrasings, passages, each also with a prompt '

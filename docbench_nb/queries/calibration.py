@@ -8,7 +8,7 @@ import json, sys, time
 from typing import Optional
 from ..cache import atomic_write_json, content_key, read_json_entry, stage_dir
 from .evidence import Draft
-from .llm_stages import (FALSE_NEGATIVE, REPHRASE_CHECK, VERIFY, VERIFY_LABELS, _fp, fn_verdict, rephrase_verdict,
+from .llm_stages import (FALSE_NEGATIVE, REPHRASE_CHECK, VERIFY, VERIFY_LABELS, _fp, prompt, fn_verdict, rephrase_verdict,
                                             run_llm_stage, verify_inputs, verify_verdict)
 
 # %% auto #0
@@ -180,18 +180,18 @@ def _judge_items(stage: str, items: list, llm, batch_size: int) -> dict:
                             answer=it.get('answer', '')) for it in items]
     by_id = {it['id']: it for it in items}
     if stage == 'verify':
-        prompt, ins = VERIFY, lambda d: verify_inputs(d, {})
+        pr, ins = prompt('verify'), lambda d: verify_inputs(d, {})
         verdict = verify_verdict
     elif stage == 'rephrase_check':
-        prompt, ins = REPHRASE_CHECK, lambda d: {'query': d.query, 'rephrasing': by_id[d.id]['rephrasing'], 'answer': d.answer}
+        pr, ins = prompt('rephrase_check'), lambda d: {'query': d.query, 'rephrasing': by_id[d.id]['rephrasing'], 'answer': d.answer}
         verdict = lambda data: (rephrase_verdict(data), [])
     else:
-        prompt, ins = FALSE_NEGATIVE, lambda d: {'query': d.query, 'passage': by_id[d.id]['passage']}
+        pr, ins = prompt('false_negative'), lambda d: {'query': d.query, 'passage': by_id[d.id]['passage']}
         verdict = lambda data: (fn_verdict(data), [])
     def apply(d, data):
         got[d.id] = verdict(data)
         return (d, '') if got[d.id][0] else (None, 'rejected')
-    _, recs = run_llm_stage(f'calibrate_{stage}', drafts, lambda d: prompt, ins, apply, llm, None, batch_size=batch_size)
+    _, recs = run_llm_stage(f'calibrate_{stage}', drafts, lambda d: pr, ins, apply, llm, None, batch_size=batch_size)
     # a reply that does not parse counts as the stage counts it: verify drops it, a rephrasing fails, no other paper is flagged
     return {r.item_id: (*got[r.item_id], '') if r.item_id in got else (False, [], r.reason) for r in recs}
 
@@ -237,7 +237,7 @@ def calibration_summary(rows: list) -> dict:
 
 # %% ../../nbs/05_queries/03_calibration.ipynb #884e62ed
 def _prompt_keys(stages) -> dict:
-    return {s: {'verify': VERIFY, 'rephrase_check': REPHRASE_CHECK, 'false_negative': FALSE_NEGATIVE}[s].text_key for s in stages}
+    return {s: prompt(s).text_key for s in stages}
 
 def calibration_key(llm, stages=JUDGED_STAGES, per_class: Optional[int] = None, injected: bool = True) -> str:
     "The content hash a calibration is cached under: the model's fingerprint, every byte of the judged prompts and of the items."

@@ -22,11 +22,9 @@ REVIEW_SUMMARY = 'review.json'                 # written by `review.import_revie
 REVIEW_AGREEMENT = 'review_agreement.json'     # written by `review.write_agreement`
 
 def default_prompts() -> dict:
-    """{name: Prompt} of the package's prompts as shipped: the generation prompt of every evidence type, the rephrasing
-    prompt of every level, and every other `Prompt` defined in `queries.llm_stages`."""
-    ps = [llm_stages.generation_prompt(t) for t in EVIDENCE_TYPES] + [llm_stages.rephrase_prompt(l) for l in llm_stages.REPHRASE_LEVELS]
-    ps += [v for v in vars(llm_stages).values() if isinstance(v, Prompt)]
-    return {p.name: p for p in sorted(ps, key=lambda p: p.name)}
+    """{name: Prompt} of every prompt the stages use, as in use now (`llm_stages.use_prompts`; the package's otherwise):
+    the generation prompt of every evidence type, the rephrasing prompt of every level, and the others."""
+    return {n: llm_stages.prompt(n) for n in sorted(llm_stages.PROMPT_TEMPLATES)}
 
 def prompt_hashes(prompts: Optional[dict] = None) -> dict:
     "{name: {'version', 'hash'}} of `prompts` (default `default_prompts()`); the hash is `Prompt.text_key`, over every byte sent."

@@ -11,13 +11,12 @@ from typing import Optional, Sequence
 import numpy as np
 from .evidence import Draft, StageRecord, EVIDENCE_TYPES
 from .bm25_filter import CorpusIndex, gold_ranks
-from .llm_stages import (generation_prompt, rephrase_prompt, DECONTEXTUALIZE, VERIFY, NATURALIZE, REPHRASE_CHECK, FALSE_NEGATIVE,
-                         ANSWER, ANSWER_MATCH)
+from .llm_stages import generation_prompt, rephrase_prompt, prompt
 
 # %% auto #0
 __all__ = ['parse_round_trip', 'round_trip_stage', 'near_duplicates', 'dedup_stage', 'parse_quota', 'evidence_per_paper',
            'select_stage', 'BudgetExceeded', 'load_prices', 'price_of', 'cost', 'TokenMeter', 'Metered',
-           'estimate_calls']
+           'token_counter', 'estimate_calls']
 
 # %% ../../nbs/05_queries/04a_selection.ipynb #bf6f09df
 def parse_round_trip(text: str, default_k: int = 5) -> tuple:
@@ -228,36 +227,52 @@ class Metered:
         return reps
 
 # %% ../../nbs/05_queries/04a_selection.ipynb #0a2ab3e8
-def _toks(pr, **fields) -> int:
-    "Approximate prompt tokens of `pr` filled with `fields`: characters / 4 of the messages plus the appended JSON Schema."
+def _toks(pr, count=None, **fields) -> int:
+    """Prompt tokens of `pr` filled with `fields`: `count(messages, schema)` when given (a backend's own tokenizer), else
+    approximately, characters / 4 of the messages plus the appended JSON Schema."""
+    if count is not None: return int(count(pr.messages(**fields), pr.schema))
     return math.ceil((sum(len(m['content']) for m in pr.messages(**fields)) + len(json.dumps(pr.schema)) + 120) / 4)
+
+def token_counter(llm):
+    "`llm.count_tokens` (a backend that has a tokenizer: the local model) or None (then characters / 4)."
+    return getattr(llm, 'count_tokens', None)
 
 def estimate_calls(evidence, retries: int = 1, top_n: int = 5, answer_check: bool = False, passage_chars: int = 1200,
                    query_chars: int = 120, answer_chars: int = 40, generator: str = 'generator', judge: str = 'judge',
-                   prices: Optional[dict] = None) -> dict:
+                   prices: Optional[dict] = None, count_generator=None, count_judge=None) -> dict:
     """`{stage: {model, calls, calls_max, prompt_tokens, completion_tokens}}` (plus `'total'`) for a build over `evidence`,
-    before any model call; every item assumed to survive (an upper bound). With `prices`, a `cost` per stage."""
+    before any model call; every item assumed to survive (an upper bound). With `prices`, a `cost` per stage. Prompt
+    tokens are counted by `count_generator` / `count_judge` (`token_counter`) when given, else as characters / 4; the
+    total says which."""
     q, a, p = 'q' * query_chars, 'a' * answer_chars, 'p' * passage_chars
     n = len(evidence)
-    rows = {'generate': (generator, n, n, sum(_toks(generation_prompt(e.evidence_type), evidence=e.text) for e in evidence),
+    DECONTEXTUALIZE, VERIFY, NATURALIZE, REPHRASE_CHECK, FALSE_NEGATIVE, ANSWER, ANSWER_MATCH = map(prompt, (
+        'decontextualize', 'verify', 'naturalize', 'rephrase_check', 'false_negative', 'answer', 'answer_match'))   # the prompts in use
+    cg, cj = count_generator, count_judge
+    rows = {'generate': (generator, n, n, sum(_toks(generation_prompt(e.evidence_type), cg, evidence=e.text) for e in evidence),
                          n * generation_prompt('text').max_tokens)}
-    per = lambda pr, **f: (_toks(pr, **f), pr.max_tokens)
-    ev = lambda f: sum(_toks(f, evidence=e.text, query=q, answer=a) for e in evidence)
-    rows['decontextualize'] = (generator, n, n, n * per(DECONTEXTUALIZE, query=q, answer=a)[0], n * DECONTEXTUALIZE.max_tokens)
+    per = lambda pr, c, **f: (_toks(pr, c, **f), pr.max_tokens)
+    ev = lambda f: sum(_toks(f, cj, evidence=e.text, query=q, answer=a) for e in evidence)
+    rows['decontextualize'] = (generator, n, n, n * per(DECONTEXTUALIZE, cg, query=q, answer=a)[0], n * DECONTEXTUALIZE.max_tokens)
     rows['verify'] = (judge, n, n, ev(VERIFY), n * VERIFY.max_tokens)
-    rows['naturalize'] = (generator, n, n, n * per(NATURALIZE, query=q)[0], n * NATURALIZE.max_tokens)
+    rows['naturalize'] = (generator, n, n, n * per(NATURALIZE, cg, query=q)[0], n * NATURALIZE.max_tokens)
     if answer_check:
-        rows['answer_check'] = (judge, 2 * n, 2 * n, sum(_toks(ANSWER, evidence=e.text, query=q) for e in evidence)
-                                + n * per(ANSWER_MATCH, query=q, reference=a, candidate=a)[0], n * (ANSWER.max_tokens + ANSWER_MATCH.max_tokens))
-    reph = sum(per(rephrase_prompt(l), query=q)[0] + per(REPHRASE_CHECK, query=q, rephrasing=q, answer=a)[0] for l in (1, 2, 3))
+        rows['answer_check'] = (judge, 2 * n, 2 * n, sum(_toks(ANSWER, cj, evidence=e.text, query=q) for e in evidence)
+                                + n * per(ANSWER_MATCH, cj, query=q, reference=a, candidate=a)[0], n * (ANSWER.max_tokens + ANSWER_MATCH.max_tokens))
+    reph = sum(per(rephrase_prompt(l), cg, query=q)[0] + per(REPHRASE_CHECK, cj, query=q, rephrasing=q, answer=a)[0] for l in (1, 2, 3))
     out_r = 3 * (rephrase_prompt(1).max_tokens + REPHRASE_CHECK.max_tokens)
     rows['rephrase'] = (f'{generator} + {judge}', 6 * n, 6 * n * (retries + 1), n * reph * (retries + 1), n * out_r * (retries + 1))
-    rows['false_negative'] = (judge, n * top_n, n * top_n, n * top_n * per(FALSE_NEGATIVE, query=q, passage=p)[0], n * top_n * FALSE_NEGATIVE.max_tokens)
+    rows['false_negative'] = (judge, n * top_n, n * top_n, n * top_n * per(FALSE_NEGATIVE, cj, query=q, passage=p)[0], n * top_n * FALSE_NEGATIVE.max_tokens)
     out = {}
     for s, (m, c, cm, pt, ct) in rows.items():
         out[s] = {'model': m, 'calls': c, 'calls_max': cm, 'prompt_tokens': pt, 'completion_tokens': ct}
         if prices: out[s]['cost'] = None if ' + ' in m else cost(prices, m, pt, ct)
     tot = {k: sum(r[k] for r in out.values()) for k in ('calls', 'calls_max', 'prompt_tokens', 'completion_tokens')}
-    out['total'] = {**tot, 'tokens': tot['prompt_tokens'] + tot['completion_tokens'], 'n_evidence': n,
-                    'note': 'upper bound: every item survives every stage; tokens = characters / 4'}
+    how = lambda c: 'tokenizer' if c is not None else 'characters / 4'
+    counted = {'generator': how(cg), 'judge': how(cj)}
+    out['total'] = {**tot, 'tokens': tot['prompt_tokens'] + tot['completion_tokens'], 'n_evidence': n, 'token_count': counted,
+                    'note': 'upper bound: every item survives every stage; completion tokens are the token budgets; prompt tokens by '
+                            + ('the model\'s tokenizer (chat template and JSON instruction included)' if cg is not None and cj is not None
+                               else 'characters / 4' if cg is None and cj is None
+                               else f"generator: {counted['generator']}, judge: {counted['judge']}")}
     return out

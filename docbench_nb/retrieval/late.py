@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from ..records import Unit, Query, Run
 from ..spec import Option
 from ..cache import stage_dir, atomic_save_npy, atomic_write_json, load_npy_verified
-from .unit_index import group_by_doc, write_units, read_units, check_units, top_docs, IndexStore
+from .unit_index import group_by_doc, write_units, read_units, check_units, top_docs, IndexStore, units_digest, shard_unit_ids
 from .encoders import model_fingerprint, text_key
 from .registry import RetrieverBase, register_retriever
 from .image_encoders import unit_key, ColPaliEncoder
@@ -44,8 +44,13 @@ class LateInteractionIndex:
         self.dim, self.dtype = int(dim), dtype
         self.units, self.tokens, self.offsets = [], np.zeros((0, self.dim), dtype=dtype), np.zeros(1, dtype=np.int64)
         self._pending, self._ids, self._doc_starts, self._docs = [], set(), np.zeros(0, dtype=np.intp), []
+        self._unit_ids = None           # an index opened by ids (`open_ids`) keeps the units' ids, not the units
 
-    def __len__(self): self._finalize(); return len(self.units)
+    def __len__(self): self._finalize(); return len(self._unit_ids if self._unit_ids is not None else self.units)
+    def unit_ids(self) -> list:
+        "The indexed units' ids, in the index's (document-grouped) order."
+        self._finalize()
+        return self._unit_ids if self._unit_ids is not None else [u.unit_id for u in self.units]
     def __repr__(self):
         return f"LateInteractionIndex(dim={self.dim}, dtype={self.dtype!r}, units={len(self)}, tokens={self.n_tokens}, docs={len(self._docs)})"
 
@@ -64,6 +69,7 @@ class LateInteractionIndex:
 @patch
 def add(self: LateInteractionIndex, units: Sequence[Unit], matrices: Sequence[np.ndarray]):
     "Add units with one `(n_tokens_i, dim)` matrix each (n_tokens_i >= 1). Unit ids must be unique."
+    if self.units is None: raise ValueError("LateInteractionIndex.add: an index opened by unit ids is read-only; build a new one")
     units, matrices = list(units), list(matrices)
     if len(units) != len(matrices): raise ValueError(f"LateInteractionIndex.add: {len(units)} units but {len(matrices)} matrices")
     mats = []
@@ -107,7 +113,7 @@ def _finalize(self: LateInteractionIndex):
 def fill(self: LateInteractionIndex, units: Sequence[Unit], lengths: Sequence[int], fetch: Callable, chunk: int = _INDEX_CHUNK):
     """Build this (empty) index in one pass: `lengths[i]` is unit i's token count and `fetch(start, stop)` returns the
     matrices of `units[start:stop]`; each chunk is checked and copied straight into its document-grouped rows."""
-    if len(self.units) or self._pending: raise ValueError("LateInteractionIndex.fill: the index is not empty")
+    if self.units is None or len(self.units) or self._pending: raise ValueError("LateInteractionIndex.fill: the index is not empty")
     units, lengths = check_units(units, 'LateInteractionIndex.fill'), np.asarray(lengths, dtype=np.int64)
     if len(units) != len(lengths): raise ValueError(f"LateInteractionIndex.fill: {len(units)} units but {len(lengths)} lengths")
     ids = [u.unit_id for u in units]
@@ -150,12 +156,12 @@ def _unit_blocks(off: np.ndarray, rows: int) -> list:
 # %% ../../nbs/03_retrieval/07_late.ipynb #078e9ad1
 @patch
 def unit_scores(self: LateInteractionIndex, query_mats: Sequence[np.ndarray], block_bytes: Optional[int] = None) -> np.ndarray:
-    "Exact MaxSim of every unit (rows, in `self.units` order) for each query (columns): `(n_units, n_queries)` float32."
+    "Exact MaxSim of every unit (rows, in `unit_ids()` order) for each query (columns): `(n_units, n_queries)` float32."
     self._finalize()
     qs = [np.asarray(q, dtype=np.float32) for q in query_mats]
     for i, q in enumerate(qs):
         if q.ndim != 2 or q.shape[1] != self.dim or not len(q): raise ValueError(f"query {i}: token matrix must be (n>=1, {self.dim}), got {q.shape}")
-    n_units = len(self.units)
+    n_units = len(self.offsets) - 1
     out = np.zeros((n_units, len(qs)), dtype=np.float32)
     if not n_units or not qs: return out
     off = self.offsets
@@ -188,9 +194,9 @@ def search(self: LateInteractionIndex, query_ids: Sequence[str], query_mats: Seq
     if len(set(query_ids)) != len(query_ids): raise ValueError("search: duplicate query ids")
     if k < 1: raise ValueError(f"search: k must be >= 1, got {k}")
     run = Run(scores={q: {} for q in query_ids}, provenance={q: {} for q in query_ids}, name='late')
-    if not self.units or not query_ids: return run
+    if not len(self) or not query_ids: return run
     U = self.unit_scores(query_mats, block_bytes)                                     # (n_units, n_queries)
-    ids = [u.unit_id for u in self.units]
+    ids = self.unit_ids()
     for j, qid in enumerate(query_ids):
         run.scores[qid], run.provenance[qid] = top_docs(np.ascontiguousarray(U[:, j]), self._doc_starts, self._docs, ids, k)
     return run
@@ -200,6 +206,7 @@ def search(self: LateInteractionIndex, query_ids: Sequence[str], query_mats: Seq
 def save(self: LateInteractionIndex, folder):
     "Write `tokens.npy`, `offsets.npy`, `units.jsonl` and `index.json` (each atomically, `index.json` last)."
     self._finalize()
+    if self.units is None: raise ValueError("LateInteractionIndex.save: an index opened by unit ids holds no units to save; its saved files are already in the index store")
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     atomic_save_npy(folder/'tokens.npy', self.tokens)
     atomic_save_npy(folder/'offsets.npy', self.offsets)
@@ -232,20 +239,35 @@ def save_arrays(self: LateInteractionIndex, folder):
     np.save(Path(folder)/'tokens.npy', np.ascontiguousarray(self.tokens), allow_pickle=False)
     np.save(Path(folder)/'offsets.npy', self.offsets, allow_pickle=False)
 
+def _open_late_arrays(ix: LateInteractionIndex, folder, n: int) -> LateInteractionIndex:
+    "`ix` with the offsets of `folder` read and its token matrix memory-mapped, checked to fit `n` units."
+    off = np.load(Path(folder)/'offsets.npy', allow_pickle=False)
+    tok = np.load(Path(folder)/'tokens.npy', mmap_mode='r', allow_pickle=False)
+    if off.dtype != np.int64 or off.shape != (n + 1,) or off[0] != 0 or (n and np.diff(off).min() < 1) or \
+            tok.shape != (int(off[-1]), ix.dim) or tok.dtype != np.dtype(ix.dtype):
+        raise ValueError(f"offsets {off.shape} {off.dtype} / tokens {tok.shape} {tok.dtype} do not fit {n} units of "
+                         f"dimension {ix.dim} stored as {ix.dtype} (saved index {folder})")
+    ix.offsets, ix.tokens = off, tok
+    return ix
+
 @patch(cls_method=True)
 def open_saved(cls: LateInteractionIndex, folder, units: Sequence[Unit], dim: int, dtype: str = 'float32') -> 'LateInteractionIndex':
     "The index `save_arrays` wrote for `units` (the same units in the same order): offsets read, the token matrix memory-mapped."
     ix, units = cls(dim, dtype), check_units(units, 'LateInteractionIndex.open_saved')
     order, ix._doc_starts, ix._docs = group_by_doc([u.doc_id for u in units])
-    off = np.load(Path(folder)/'offsets.npy', allow_pickle=False)
-    tok = np.load(Path(folder)/'tokens.npy', mmap_mode='r', allow_pickle=False)
-    if off.dtype != np.int64 or off.shape != (len(units) + 1,) or off[0] != 0 or (len(units) and np.diff(off).min() < 1) or \
-            tok.shape != (int(off[-1]), ix.dim) or tok.dtype != np.dtype(dtype):
-        raise ValueError(f"offsets {off.shape} {off.dtype} / tokens {tok.shape} {tok.dtype} do not fit {len(units)} units of "
-                         f"dimension {ix.dim} stored as {dtype} (saved index {folder})")
     ix.units, ix._ids = [units[i] for i in order] if order is not None else units, {u.unit_id for u in units}
-    ix.offsets, ix.tokens = off, tok
-    return ix
+    return _open_late_arrays(ix, folder, len(units))
+
+@patch(cls_method=True)
+def open_ids(cls: LateInteractionIndex, folder, unit_ids: Sequence[str], doc_ids: Sequence[str], dim: int, dtype: str = 'float32') -> 'LateInteractionIndex':
+    """The saved index in `folder` for units known only by their ids and documents, already grouped by document (as
+    `_finalize` leaves them): no `Unit`, no text kept (`units` is None, `unit_ids()` names them); read-only."""
+    ix, unit_ids, doc_ids = cls(dim, dtype), list(unit_ids), list(doc_ids)
+    if len(unit_ids) != len(doc_ids): raise ValueError(f"LateInteractionIndex.open_ids: {len(unit_ids)} unit ids but {len(doc_ids)} document ids")
+    order, ix._doc_starts, ix._docs = group_by_doc(doc_ids)
+    if order is not None: raise ValueError("LateInteractionIndex.open_ids: the units are not grouped by document")
+    ix.units, ix._unit_ids = None, unit_ids
+    return _open_late_arrays(ix, folder, len(unit_ids))
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #9e1b2708
 class LateRetriever(RetrieverBase):
@@ -287,6 +309,15 @@ def _image_mats(self: LateRetriever, units, progress):
     return [found[k] for k in keys]
 
 @patch
+def _key_settings(self: LateRetriever, image: bool) -> dict:
+    "What keys a saved index besides the model and the units: dimension, stored precision, modality."
+    return dict(dim=int(self.encoder.dim), dtype=self.dtype, modality='image' if image else 'text')
+
+def _no_text(name: str, empty: list) -> str:
+    return (f"{name}: {len(empty)} units have no text (e.g. {empty[:3]}); OCR them first "
+            "(docbench_nb.retrieval.ocr.ocr_units) or use an image late-interaction encoder")
+
+@patch
 def index(self: LateRetriever, units: Sequence[Unit], progress: bool = True):
     "(Re)build the index from `units`: their text, or (image encoders) their images and text."
     units = list(units)
@@ -295,10 +326,9 @@ def index(self: LateRetriever, units: Sequence[Unit], progress: bool = True):
     ix, image = LateInteractionIndex(self.encoder.dim, self.dtype), getattr(self.encoder, 'modality', 'text') == 'image'
     if not image:
         empty = [u.unit_id for u in units if not u.text.strip()]
-        if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); OCR them first "
-                                   "(docbench_nb.retrieval.ocr.ocr_units) or use an image late-interaction encoder")
+        if empty: raise ValueError(_no_text(self.name, empty))
     if self.store is None: self._index = self._build(ix, units, image, progress); return
-    settings = dict(dim=int(self.encoder.dim), dtype=self.dtype, modality='image' if image else 'text')
+    settings = self._key_settings(image)
     if image: settings['images'] = hashlib.sha256('\n'.join(unit_key(u) for u in units).encode()).hexdigest()
     key = self.store.key('late', settings, units, model=model_fingerprint(self.encoder))
     self._index = self.store.get_or_build('late', key, lambda: self._build(ix, units, image, progress), lambda x, d: x.save_arrays(d),
@@ -338,7 +368,7 @@ def unit_scores(self: LateRetriever, queries: Sequence[Query]) -> tuple:
     "`(scores, unit_ids)`: exact MaxSim of every indexed unit (columns) for every query (rows)."
     if self._index is None: raise RuntimeError(f"{self.name}: call index(units) before unit_scores")
     qm = embed_tokens_cached(self.encoder, [q.text for q in queries], 'query', self.cache, self.batch_size, progress=False)
-    return self._index.unit_scores(qm).T, [u.unit_id for u in self._index.units]
+    return self._index.unit_scores(qm).T, self._index.unit_ids()
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #c5d5a959
 @patch
@@ -356,6 +386,79 @@ def precompute(self: LateRetriever, units: Sequence[Unit] = (), queries: Sequenc
     qs = [q.text for q in queries]
     if qs: embed_tokens_cached(self.encoder, qs, 'query', self.cache, self.batch_size, progress=False)
     return self.cache.embedded - before
+
+# %% ../../nbs/03_retrieval/07_late.ipynb #81c85d97
+@patch
+def _shard_mats(self: LateRetriever, texts: list) -> list:
+    "A shard's token matrices: embedded (cached), then read back from the token cache as `index`'s second pass reads them."
+    mats = embed_tokens_cached(self.encoder, texts, 'unit', self.cache, self.batch_size, progress=False)
+    if self.cache is False: return mats
+    keys = [text_key('unit', t) for t in texts]
+    got = self.cache.lookup(model_fingerprint(self.encoder), keys)
+    return [got[k] for k in keys] if len(got) == len(set(keys)) else mats
+
+@patch
+def _write_shards(self: LateRetriever, shards, folder, progress: bool = False):
+    "Pass 1: each shard's matrices, checked and grouped by document, appended to a scratch file; pass 2: `tokens.npy` and `offsets.npy` in `folder`."
+    from numpy.lib.format import open_memmap
+    folder, dt, dim, lens, seen = Path(folder), np.dtype(self.dtype), int(self.encoder.dim), [], set()
+    raw = folder / '.tokens.scratch'
+    try:
+        with open(raw, 'wb') as f:
+            for uids, dids, texts in tqdm(shards.columns(('unit_id', 'doc_id', 'text')), total=len(shards.shards),
+                                          desc=f'{self.name}: embed shards', disable=not progress):
+                empty = [u for u, t in zip(uids, texts) if not t.strip()]
+                if empty: raise ValueError(_no_text(self.name, empty))
+                if seen.intersection(uids) or len(set(uids)) != len(uids): raise ValueError(f"{self.name}.index_shards: duplicate unit ids")
+                seen.update(uids)
+                mats, (order, _, _) = self._shard_mats(texts), group_by_doc(dids)
+                for i in (range(len(uids)) if order is None else order):
+                    m = np.asarray(mats[i])
+                    if m.ndim != 2 or m.shape[1] != dim: raise ValueError(f"unit {uids[i]!r}: token matrix must be (n, {dim}), got {m.shape}")
+                    if not len(m): raise ValueError(f"unit {uids[i]!r} of {dids[i]!r} has no token vectors")
+                    if not np.isfinite(m).all(): raise ValueError(f"unit {uids[i]!r}: token matrix contains NaN or inf")
+                    f.write(np.ascontiguousarray(m, dtype=dt).tobytes()); lens.append(len(m))
+                del mats, texts
+        off = np.concatenate([[0], np.cumsum(np.asarray(lens, dtype=np.int64))]).astype(np.int64)
+        n = int(off[-1])
+        if not n: np.save(folder / 'tokens.npy', np.zeros((0, dim), dt), allow_pickle=False)
+        else:
+            src, tok = np.memmap(raw, dtype=dt, mode='r', shape=(n, dim)), open_memmap(folder / 'tokens.npy', 'w+', dt, (n, dim))
+            step = max(1, (64 << 20) // (dim * dt.itemsize))                     # 64 MB at a time
+            for s in range(0, n, step): tok[s:s + step] = src[s:s + step]
+            tok.flush(); del src, tok
+        np.save(folder / 'offsets.npy', off, allow_pickle=False)
+    finally: raw.unlink(missing_ok=True)
+
+@patch
+def _index_shards(self: LateRetriever, shards, progress: bool = True, workers: Optional[int] = None):
+    "See `index_shards`."
+    import tempfile
+    ids = []
+    def opener(d):
+        if not ids: ids.append(shard_unit_ids(shards))
+        return LateInteractionIndex.open_ids(d, *ids[0], self.encoder.dim, self.dtype)
+    def in_temp():                                  # no store, or it could not keep the index: a folder of our own
+        self._tmp = tempfile.TemporaryDirectory(prefix='docbench-late-')
+        self._write_shards(shards, self._tmp.name, progress)
+        return opener(self._tmp.name)
+    if self.store is None: self._index = in_temp(); return
+    key = self.store.digest_key('late', self._key_settings(False), shards.digest, model=model_fingerprint(self.encoder))   # = index(units)'s
+    built = self.store.get_or_build('late', key, lambda: None, lambda _, d: self._write_shards(shards, d, progress), opener)
+    folder = self.store.folder('late', key)
+    self._index = built if built is not None else opener(folder) if folder.is_dir() else in_temp()
+
+@patch(as_prop=True)
+def index_shards(self: LateRetriever):
+    """`index_shards(shards, progress=True, workers=None)`: index the text units of `shards` (`UnitShards`) without
+    holding them: token matrices a shard at a time into the saved index's `tokens.npy` / `offsets.npy`, in the index
+    store under the same key as `index(units)` of the same units (or loaded from it; with no store, a temporary folder
+    removed with the retriever), opened by unit ids (`LateInteractionIndex.open_ids`). `workers` is unused. Text
+    encoders only: for an image encoder the attribute is absent (`AttributeError`), so a streamed run reads the
+    shards' units into one list for `index` and its warnings say so."""
+    if getattr(self.encoder, 'modality', 'text') == 'image':
+        raise AttributeError(f"{self.name}: an image late-interaction index is built from units in memory; no index_shards")
+    return self._index_shards
 
 # %% ../../nbs/03_retrieval/07_late.ipynb #a483a935
 LATE_OPTIONS = {'dtype': Option(str, 'float32', choices=('float32', 'float16'), help='stored precision of token vectors'),

@@ -12,7 +12,8 @@ from ..records import Unit, Query, Run
 from ..spec import Option
 from ..cache import stage_dir, atomic_write_json, content_key
 from .unit_index import (group_by_doc, DenseIndex, check_units, duplicate_ids, empty_run, check_query_ids,
-                                   write_units, read_units, top_docs, ANN_INDEXES, IndexStore, INDEX_FORMAT, units_digest)
+                                   write_units, read_units, top_docs, ANN_INDEXES, IndexStore, INDEX_FORMAT, units_digest,
+                                   shard_unit_ids)
 from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached, model_fingerprint, ENCODER_BACKENDS
 from .registry import Retriever, RetrieverBase, register_retriever, make_retriever
 from ..workers import default_workers
@@ -336,6 +337,10 @@ def check_queries(queries, who):
     return queries
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #58566806
+def _no_text(name: str, empty: list) -> str:
+    return (f"{name}: {len(empty)} units have no text (e.g. {empty[:3]}); a text encoder cannot embed "
+            "image-only units — give them a caption/OCR text or use an image encoder")
+
 class DenseRetriever(RetrieverBase):
     "Dense retrieval: `encoder` (an Encoder, or a spec for `load_encoder`) + cached embeddings + exact `DenseIndex`."
     def __init__(self, encoder='minilm', cache=None, backend: str = 'auto', batch_size: int = 32, ann: Optional[dict] = None,
@@ -358,8 +363,7 @@ class DenseRetriever(RetrieverBase):
         "(Re)build the index from `units` (their `text`; image-only units are refused)."
         units = check_units(units, f"{self.name}.index")
         empty = [u.unit_id for u in units if not u.text.strip()]
-        if empty: raise ValueError(f"{self.name}: {len(empty)} units have no text (e.g. {empty[:3]}); a text encoder cannot embed "
-                                   "image-only units — give them a caption/OCR text or use an image encoder")
+        if empty: raise ValueError(_no_text(self.name, empty))
         def build():
             vecs = embed_cached(self.encoder, [u.text for u in units], kind='unit', cache=self.cache,
                                 batch_size=self.batch_size, progress=progress)
@@ -368,13 +372,15 @@ class DenseRetriever(RetrieverBase):
         self._index = self.store.get_or_build('dense', self._store_key(units), build, lambda ix, d: ix.save_arrays(d),
                                               lambda d: DenseIndex.open_saved(d, units, self.encoder.dim, self.backend, **self.ann))
 
-    def _store_key(self, units) -> str:
-        "The saved index's key: encoder fingerprint, dimension, index settings, units, and faiss' version for a faiss graph."
+    def _store_key(self, units=None, digest: Optional[str] = None) -> str:
+        """The saved index's key: encoder fingerprint, dimension, index settings, units (or their `units_digest`, as
+        unit shards keep it), and faiss' version for a faiss graph."""
         versions = {}
         if self._ann['index'] != 'exact':
             import faiss
             versions['faiss'] = faiss.__version__
-        return self.store.key('dense', dict(dim=self.encoder.dim, ann=self._ann), units, model=model_fingerprint(self.encoder), versions=versions)
+        return self.store.digest_key('dense', dict(dim=self.encoder.dim, ann=self._ann), units_digest(units) if digest is None else digest,
+                                     model=model_fingerprint(self.encoder), versions=versions)
 
     def _query_vectors(self, queries):
         return embed_cached(self.encoder, [q.text for q in queries], kind='query', cache=self.cache,
@@ -449,6 +455,63 @@ def index_shards(self: BM25Retriever, shards, progress: bool = True, workers: Op
                                     lambda _, d: BM25Index.write_from_shards(shards, d, progress=progress, workers=workers, **self.kw), opener)
     self._index = built if built is not None else opener(self.store.folder('bm25', key))
 
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #71be2e33
+@patch
+def _embed_shards(self: DenseRetriever, shards, folder, progress: bool = False) -> Path:
+    """Embed the units of `shards` a shard at a time (their texts through the embedding cache, as `index` embeds them)
+    straight into a memory-mapped `folder/vectors.npy`, the file `DenseIndex.save_arrays` writes: float32 rows grouped
+    by document (a document never spans two shards). Refuses what `index` refuses: units with no text, repeated ids."""
+    from numpy.lib.format import open_memmap
+    from tqdm.auto import tqdm
+    n, seen, row = len(shards), set(), 0
+    out = Path(folder) / 'vectors.npy'
+    v = open_memmap(out, 'w+', np.float32, (n, self.encoder.dim))
+    for uids, dids, texts in tqdm(shards.columns(('unit_id', 'doc_id', 'text')), total=len(shards.shards),
+                                  desc=f'{self.name}: embed shards', disable=not progress):
+        empty = [u for u, t in zip(uids, texts) if not t.strip()]
+        if empty: raise ValueError(_no_text(self.name, empty))
+        dup = duplicate_ids(uids, seen)
+        if dup: raise ValueError(f"{self.name}.index_shards: duplicate unit ids, e.g. {dup[:3]}")
+        if row + len(uids) > n: raise ValueError(f"{shards!r}: more units than the {n} listed")
+        seen.update(uids)
+        vecs = embed_cached(self.encoder, texts, kind='unit', cache=self.cache, batch_size=self.batch_size, progress=False)
+        if not np.isfinite(vecs).all(): raise ValueError(f"{self.name}.index_shards: vectors contain NaN or inf")
+        order, _, _ = group_by_doc(dids)
+        v[row:row + len(vecs)] = vecs if order is None else vecs[order]
+        row += len(vecs); del vecs, texts
+    if row != n: raise ValueError(f"{shards!r}: {row} units read, {n} listed")
+    v.flush(); del v
+    return out
+
+@patch
+def _index_shards(self: DenseRetriever, shards, progress: bool = True, workers: Optional[int] = None):
+    "See `index_shards`."
+    ids = []
+    def opener(d):
+        if not ids: ids.append(shard_unit_ids(shards))
+        return DenseIndex.open_ids(d, *ids[0], self.encoder.dim, self.backend, **self.ann)
+    def in_temp():                                  # no store, or it could not keep the index: a folder of our own
+        self._tmp = tempfile.TemporaryDirectory(prefix='docbench-dense-')
+        self._embed_shards(shards, self._tmp.name, progress)
+        return opener(self._tmp.name)
+    if self.store is None: self._index = in_temp(); return
+    key = self._store_key(digest=shards.digest)          # = _store_key(units) of the same units
+    built = self.store.get_or_build('dense', key, lambda: None, lambda _, d: self._embed_shards(shards, d, progress), opener)
+    folder = self.store.folder('dense', key)
+    self._index = built if built is not None else opener(folder) if folder.is_dir() else in_temp()
+
+@patch(as_prop=True)
+def index_shards(self: DenseRetriever):
+    """`index_shards(shards, progress=True, workers=None)`: index the units of `shards` (`UnitShards`) without holding
+    their texts: embedded a shard at a time into the saved index's memory-mapped `vectors.npy`, in the index store
+    under the same key as `index(units)` of the same units (or loaded from it; with no store, in a temporary folder
+    removed with the retriever), then opened by unit ids (`DenseIndex.open_ids`). `workers` is unused (the encoder
+    batches). Only the exact index streams: with `index=hnsw|ivf` the attribute is absent (`AttributeError`), so a
+    streamed run reads the shards' units into one list for `index` and its warnings say so."""
+    if self._ann['index'] != 'exact':
+        raise AttributeError(f"{self.name}: an approximate index (index={self._ann['index']!r}) is built from units in memory; no index_shards")
+    return self._index_shards
+
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #6bf07a07
 def rrf_rank_scores(S: np.ndarray, k: int = 60) -> np.ndarray:
     "Per row, 1/(k + rank) of every column (rank 1 = highest score): reciprocal rank fusion's contribution of each unit."
@@ -498,6 +561,18 @@ class HybridRetriever(RetrieverBase):
         return total, ids
     @property
     def index_bytes(self) -> int: return sum(r.index_bytes for r in self.retrievers)
+
+# %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #b819b7e7
+@patch(as_prop=True)
+def index_shards(self: HybridRetriever):
+    """`index_shards(shards, progress=True, workers=None)`: each part's `index_shards`. Absent (`AttributeError`) when a
+    part has none (an approximate dense part), so a streamed run reads the units into one list and says so."""
+    missing = [r.name for r in self.retrievers if not hasattr(r, 'index_shards')]
+    if missing: raise AttributeError(f"{self.name}: {', '.join(missing)} index from memory; no index_shards")
+    def index_shards(shards, progress: bool = True, workers: Optional[int] = None):
+        for r in self.retrievers: r.index_shards(shards, progress=progress, workers=workers)
+        self.dropped = sorted({d for r in self.retrievers for d in getattr(r, 'dropped', ())})
+    return index_shards
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #e891c968
 @patch

@@ -17,7 +17,7 @@ from ..cache import CACHE_STAGES, cache_root, stage_dir, content_key, file_sha25
 # %% auto #0
 __all__ = ['ANN_INDEXES', 'INDEX_STAGE', 'INDEX_FORMAT', 'group_by_doc', 'check_units', 'check_ann', 'write_units', 'read_units',
            'duplicate_ids', 'empty_run', 'check_query_ids', 'top_docs', 'DenseIndex', 'index_root', 'units_digest',
-           'IndexStore']
+           'IndexStore', 'shard_unit_ids']
 
 # %% ../../nbs/03_retrieval/03_unit_index.ipynb #7f44b98b
 def group_by_doc(doc_ids: Sequence[str]):
@@ -114,8 +114,13 @@ class DenseIndex:
         self.units, self.vectors = [], np.zeros((0, self.dim), dtype=np.float32)
         self._pending, self._ids = [], set()
         self._starts, self._docs, self._faiss = np.zeros(0, dtype=np.intp), [], None
+        self._unit_ids = None           # an index opened by ids (`open_ids`) keeps the units' ids, not the units
 
-    def __len__(self): self._finalize(); return len(self.units)
+    def __len__(self): self._finalize(); return len(self._unit_ids if self._unit_ids is not None else self.units)
+    def unit_ids(self) -> list:
+        "The indexed units' ids, in the index's (document-grouped) order."
+        self._finalize()
+        return self._unit_ids if self._unit_ids is not None else [u.unit_id for u in self.units]
     def __repr__(self):
         return f"DenseIndex(dim={self.dim}, backend={self.backend!r}, index={self.ann['index']!r}, units={len(self)}, docs={len(self._docs)})"
 
@@ -132,6 +137,7 @@ class DenseIndex:
 def add(self: DenseIndex, units: Sequence[Unit], vectors: np.ndarray):
     "Add units with their vectors (`(len(units), dim)`; stored as float32). Unit ids must be unique."
     units = check_units(units, 'DenseIndex.add')
+    if self.units is None: raise ValueError("DenseIndex.add: an index opened by unit ids is read-only; build a new one")
     v = np.asarray(vectors, dtype=np.float32)
     if v.ndim != 2 or v.shape != (len(units), self.dim):
         raise ValueError(f"DenseIndex.add: {len(units)} units need vectors of shape ({len(units)}, {self.dim}), got {v.shape}")
@@ -157,7 +163,7 @@ def _finalize(self: DenseIndex):
 @patch
 def _search_numpy(self: DenseIndex, q, kk):
     "Yields (doc indices, scores, best unit rows) per query, scoring all units block-wise."
-    n, starts = len(self.units), self._starts
+    n, starts = len(self.vectors), self._starts
     ends = np.append(starts[1:], n)
     rows = max(1, min(len(q), _SCORE_BLOCK_BYTES // (4 * n)))
     for s in range(0, len(q), rows):
@@ -190,13 +196,13 @@ def _build_faiss(vecs: np.ndarray, ann: dict):
 def _faiss_index(self: DenseIndex):
     if self._faiss is None:
         self._faiss = _build_faiss(self.vectors, self.ann)
-        self._unit_doc = np.repeat(np.arange(len(self._docs)), np.diff(np.append(self._starts, len(self.units))))
+        self._unit_doc = np.repeat(np.arange(len(self._docs)), np.diff(np.append(self._starts, len(self.vectors))))
     return self._faiss
 
 @patch
 def _search_faiss(self: DenseIndex, q, kk, unit_k):
     "faiss over units; `unit_k` doubles until each query's unit list covers kk distinct docs (exact with IndexFlatIP)."
-    index, n = self._faiss_index(), len(self.units)
+    index, n = self._faiss_index(), len(self.vectors)
     uk = min(n, unit_k or max(100, 20 * kk))
     todo, out = np.arange(len(q)), [None] * len(q)
     while len(todo):
@@ -227,14 +233,15 @@ def search(self: DenseIndex, query_ids: Sequence[str], qvecs: np.ndarray, k: int
     query_ids = check_query_ids(query_ids, len(q), 'DenseIndex.search')
     if k < 1: raise ValueError(f"DenseIndex.search: k must be >= 1, got {k}")
     run = empty_run(query_ids, 'dense')
-    if not self.units or not query_ids: return run
+    if not len(self) or not query_ids: return run
+    ids = self._unit_ids                   # None: the ids are the units'
     kk = min(k, len(self._docs))
     use_faiss = self.backend == 'faiss' or self.ann['index'] != 'exact'
     hits = self._search_faiss(q, kk, unit_k) if use_faiss else self._search_numpy(q, kk)
     for qid, (docs, scores, best) in zip(query_ids, hits):
         for d, s, b in zip(docs, scores, best):
             run.scores[qid][self._docs[d]] = float(s)
-            run.provenance[qid][self._docs[d]] = self.units[b].unit_id
+            run.provenance[qid][self._docs[d]] = ids[b] if ids is not None else self.units[b].unit_id
     return run
 
 @patch
@@ -243,13 +250,14 @@ def unit_scores(self: DenseIndex, qvecs: np.ndarray) -> tuple:
     self._finalize()
     q = np.ascontiguousarray(qvecs, dtype=np.float32)
     if q.ndim != 2 or q.shape[1] != self.dim: raise ValueError(f"DenseIndex.unit_scores: query vectors must be (n, {self.dim}), got {q.shape}")
-    return q @ self.vectors.T, [u.unit_id for u in self.units]
+    return q @ self.vectors.T, self.unit_ids()
 
 # %% ../../nbs/03_retrieval/03_unit_index.ipynb #c95252ca
 @patch
 def save(self: DenseIndex, folder):
     "Write `vectors.npy`, `units.jsonl` and `index.json` (each atomically; `index.json` last)."
     self._finalize()
+    if self.units is None: raise ValueError("DenseIndex.save: an index opened by unit ids holds no units to save; its saved files are already in the index store")
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     atomic_save_npy(folder/'vectors.npy', self.vectors)
     write_units(folder/'units.jsonl', self.units)
@@ -304,8 +312,11 @@ class IndexStore:
 
     def key(self, kind: str, settings: dict, units, model: str = '', versions: Optional[dict] = None) -> str:
         "Content key: index kind, the settings that change it, the model fingerprint, the units (`units_digest`), library versions."
-        return content_key(INDEX_FORMAT, kind, json.dumps(settings, sort_keys=True), model, units_digest(units),
-                           json.dumps(versions or {}, sort_keys=True))
+        return self.digest_key(kind, settings, units_digest(units), model, versions)
+
+    def digest_key(self, kind: str, settings: dict, digest: str, model: str = '', versions: Optional[dict] = None) -> str:
+        "`key` from the units' `units_digest` instead of the units (what unit shards keep): the same key for the same units."
+        return content_key(INDEX_FORMAT, kind, json.dumps(settings, sort_keys=True), model, digest, json.dumps(versions or {}, sort_keys=True))
 
     def folder(self, kind: str, key: str) -> Path:
         "Where index `key` of `kind` lives; `OutsideRootError` when a link on the way there would lead anywhere."
@@ -403,6 +414,29 @@ def _read_faiss(path, ann: dict):
     elif ann['index'] == 'ivf': ix.nprobe = min(ix.nlist, ann['nprobe'])
     return ix
 
+def shard_unit_ids(shards) -> tuple:
+    """`(unit_ids, doc_ids)` of the units in `shards` (`retrieval.unit_shards.UnitShards`: only these two columns are
+    read, no text), each shard grouped by document as `group_by_doc` groups them; as a document never spans two
+    shards, the order an index built from all the units keeps (what `DenseIndex.open_ids` takes)."""
+    uids, dids = [], []
+    for u, d in shards.columns(('unit_id', 'doc_id')):
+        order, _, _ = group_by_doc(d)
+        if order is not None: u, d = [u[i] for i in order], [d[i] for i in order]
+        uids += u; dids += d
+    return uids, dids
+
+def _open_arrays(ix: DenseIndex, folder, n: int) -> DenseIndex:
+    "`ix` (its documents grouped) with the vectors of `folder` memory-mapped, and its faiss graph read, for `n` units."
+    v = np.load(Path(folder) / 'vectors.npy', mmap_mode='r', allow_pickle=False)
+    if v.shape != (n, ix.dim) or v.dtype != np.float32:
+        raise ValueError(f"{folder}: vectors.npy holds {v.shape} {v.dtype}, expected ({n}, {ix.dim}) float32")
+    ix.vectors = v
+    if ix.ann['index'] != 'exact':
+        ix._faiss = _read_faiss(Path(folder) / 'ann.faiss', ix.ann)
+        if ix._faiss.ntotal != n: raise ValueError(f"{folder}: ann.faiss holds {ix._faiss.ntotal} vectors, expected {n}")
+        ix._unit_doc = np.repeat(np.arange(len(ix._docs)), np.diff(np.append(ix._starts, n)))
+    return ix
+
 @patch(cls_method=True)
 def open_saved(cls: DenseIndex, folder, units: Sequence[Unit], dim: int, backend: str = 'auto', **ann) -> 'DenseIndex':
     "The index `save_arrays` wrote for `units` (the same units in the same order): vectors memory-mapped, faiss graph read."
@@ -411,12 +445,17 @@ def open_saved(cls: DenseIndex, folder, units: Sequence[Unit], dim: int, backend
     order, ix._starts, ix._docs = group_by_doc([u.doc_id for u in units])
     ix.units = [units[i] for i in order] if order is not None else units
     ix._ids = {u.unit_id for u in units}
-    v = np.load(Path(folder) / 'vectors.npy', mmap_mode='r', allow_pickle=False)
-    if v.shape != (len(units), ix.dim) or v.dtype != np.float32:
-        raise ValueError(f"{folder}: vectors.npy holds {v.shape} {v.dtype}, expected ({len(units)}, {ix.dim}) float32")
-    ix.vectors = v
-    if ix.ann['index'] != 'exact':
-        ix._faiss = _read_faiss(Path(folder) / 'ann.faiss', ix.ann)
-        if ix._faiss.ntotal != len(units): raise ValueError(f"{folder}: ann.faiss holds {ix._faiss.ntotal} vectors, expected {len(units)}")
-        ix._unit_doc = np.repeat(np.arange(len(ix._docs)), np.diff(np.append(ix._starts, len(ix.units))))
-    return ix
+    return _open_arrays(ix, folder, len(units))
+
+@patch(cls_method=True)
+def open_ids(cls: DenseIndex, folder, unit_ids: Sequence[str], doc_ids: Sequence[str], dim: int, backend: str = 'auto', **ann) -> 'DenseIndex':
+    """The saved index in `folder` (`save_arrays`, or vectors written straight from unit shards) for units known only by
+    their ids and documents, already grouped by document as `_finalize` leaves them: it keeps no `Unit` and no text
+    (`units` is None, `unit_ids()` names them) and is read-only."""
+    ix = cls(dim, backend, **ann)
+    unit_ids, doc_ids = list(unit_ids), list(doc_ids)
+    if len(unit_ids) != len(doc_ids): raise ValueError(f"DenseIndex.open_ids: {len(unit_ids)} unit ids but {len(doc_ids)} document ids")
+    order, ix._starts, ix._docs = group_by_doc(doc_ids)
+    if order is not None: raise ValueError("DenseIndex.open_ids: the units are not grouped by document")
+    ix.units, ix._unit_ids = None, unit_ids
+    return _open_arrays(ix, folder, len(unit_ids))
