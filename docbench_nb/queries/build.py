@@ -126,6 +126,31 @@ def write_final_queries(drafts, path, fn: str = 'keep-flag') -> Path:
     if fn != 'add-qrels': return write_query_records(drafts, path)
     return atomic_write(path, ''.join(json.dumps(graded_record(d), ensure_ascii=False) + '\n' for d in drafts))
 
+# %% ../../nbs/05_queries/05_build.ipynb #d4ea0e33
+def _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress) -> dict:
+    """The judge's calibration (`calibrate`, cached), metered and budgeted as its own stage; its table written to
+    `out/calibration.md`. A budget stop writes `budget.json`; a judge below `min_judge_accuracy` raises `JudgeAccuracyError`."""
+    meter.stage = 'calibration'
+    try: calib = calibrate(Metered(jd, meter), cache_dir=cache_dir, progress=progress)
+    except BudgetExceeded as e:
+        atomic_write_json(out / 'budget.json', {'budget': meter.budget, 'spent': meter.spent, 'stopped_in': 'calibration',
+                                                'spent_by_stage': meter.report(prices)}, indent=1)
+        raise BudgetExceeded(f"{e} ({out / 'budget.json'})") from None
+    calib = {k: v for k, v in calib.items() if k != 'items'}
+    atomic_write(out / 'calibration.md', calibration_table(calib))
+    if min_judge_accuracy is not None and (why := judge_problem(calib, min_judge_accuracy)):
+        raise JudgeAccuracyError(f"{why} (table: {out / 'calibration.md'})")
+    return calib
+
+def _set_report(evs, drafts, pp, target, quotas, oversample, picked, dedup, rt, answer_check, fn) -> dict:
+    "`attrition.json`'s `set`: evidence and final queries per type, and the set-control settings that shaped them."
+    share = lambda c: {t: round(n / max(1, sum(c.values())), 3) for t, n in c.items()}
+    ev_n, fin_n = Counter(e.evidence_type for e in evs), Counter(d.evidence_type for d in drafts)
+    return {'evidence': dict(ev_n), 'final': {t: fin_n[t] for t in ev_n}, 'final_share': share({t: fin_n[t] for t in ev_n}),
+            'evidence_per_paper': pp, 'target': target, 'quota': quotas, 'oversample': oversample if target else None,
+            'selection': picked or None, 'dedup_threshold': dedup, 'round_trip': {'retriever': rt[0], 'k': rt[1]} if rt else None,
+            'answer_check': answer_check, 'fn': fn}
+
 # %% ../../nbs/05_queries/05_build.ipynb #7869972c
 def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2, bm25_k: int = 5, cache_dir=None,
                   drop_ambiguous: bool = False, top_n: int = 5, retries: int = 1, on_rephrase_fail: str = 'drop',
@@ -160,16 +185,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
         jd, calib = (llm if judge is None else judge), None
         if (min_judge_accuracy is not None or calibration) and not dry_run:
-            meter.stage = 'calibration'                  # the judge's calibration calls are metered (and budgeted) too
-            try: calib = calibrate(Metered(jd, meter), cache_dir=cache_dir, progress=progress)
-            except BudgetExceeded as e:
-                atomic_write_json(out / 'budget.json', {'budget': budget, 'spent': meter.spent, 'stopped_in': 'calibration',
-                                                        'spent_by_stage': meter.report(prices)}, indent=1)
-                raise BudgetExceeded(f"{e} ({out / 'budget.json'})") from None
-            calib = {k: v for k, v in calib.items() if k != 'items'}
-            atomic_write(out / 'calibration.md', calibration_table(calib))
-            if min_judge_accuracy is not None and (why := judge_problem(calib, min_judge_accuracy)):
-                raise JudgeAccuracyError(f"{why} (table: {out / 'calibration.md'})")
+            calib = _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress)
         papers = _papers(corpus, cache_dir, papers, progress)
         warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]
         for w in warns:                                          # said before any model call, not after the run
@@ -229,12 +245,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         att['cost'] = stage_costs(all_recs, timings)
         att['spent'] = meter.report(prices)
         if budget is not None: att['budget'] = {'tokens': budget, 'spent': meter.spent}
-        share = lambda c: {t: round(n / max(1, sum(c.values())), 3) for t, n in c.items()}
-        ev_n, fin_n = Counter(e.evidence_type for e in evs), Counter(d.evidence_type for d in drafts)
-        att['set'] = {'evidence': dict(ev_n), 'final': {t: fin_n[t] for t in ev_n}, 'final_share': share({t: fin_n[t] for t in ev_n}),
-                      'evidence_per_paper': pp, 'target': target, 'quota': quotas, 'oversample': oversample if target else None,
-                      'selection': picked or None, 'dedup_threshold': dedup, 'round_trip': {'retriever': rt[0], 'k': rt[1]} if rt else None,
-                      'answer_check': answer_check, 'fn': fn}
+        att['set'] = _set_report(evs, drafts, pp, target, quotas, oversample, picked, dedup, rt, answer_check, fn)
         att['models'] = {'generator': _model(llm.llm), 'judge': _model(jd.llm), 'judge_is_generator': jd is llm}
         att['calibration'] = calib
         if min_judge_accuracy is not None: att['min_judge_accuracy'] = min_judge_accuracy
