@@ -443,6 +443,7 @@ def count_tokens(self: LocalLLM, messages: list, schema: Optional[dict] = None) 
     return len(tok(tok.apply_chat_template(_text_only(msgs, self.name), add_generation_prompt=True, tokenize=False),
                    add_special_tokens=False)['input_ids'])
 
+# %% ../nbs/00_base/04_llm.ipynb #93165471
 def _load_causal_lm(path, name) -> tuple:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -112,6 +112,7 @@ def fill_prompt(p: Prompt, domain: str = DEFAULT_DOMAIN, language: str = DEFAULT
 
 _IN_USE: dict = {}                 # name -> Prompt put in use by `use_prompts`; the defaults otherwise
 
+# %% ../../nbs/05_queries/02_llm_stages.ipynb #bad1bb1a
 def prompt(name: str) -> Prompt:
     "The prompt `name` in use: from `use_prompts`, else the default."
     p = _IN_USE.get(name) or _DEFAULTS.get(name)

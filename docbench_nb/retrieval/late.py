@@ -430,6 +430,7 @@ def _write_shards(self: LateRetriever, shards, folder, progress: bool = False):
         np.save(folder / 'offsets.npy', off, allow_pickle=False)
     finally: raw.unlink(missing_ok=True)
 
+# %% ../../nbs/03_retrieval/07_late.ipynb #d0808a72
 @patch
 def _index_shards(self: LateRetriever, shards, progress: bool = True, workers: Optional[int] = None):
     "See `index_shards`."

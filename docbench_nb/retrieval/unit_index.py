@@ -425,6 +425,7 @@ def shard_unit_ids(shards) -> tuple:
         uids += u; dids += d
     return uids, dids
 
+# %% ../../nbs/03_retrieval/03_unit_index.ipynb #d00442be
 def _open_arrays(ix: DenseIndex, folder, n: int) -> DenseIndex:
     "`ix` (its documents grouped) with the vectors of `folder` memory-mapped, and its faiss graph read, for `n` units."
     v = np.load(Path(folder) / 'vectors.npy', mmap_mode='r', allow_pickle=False)
