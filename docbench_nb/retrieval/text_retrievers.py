@@ -436,14 +436,21 @@ class BM25Retriever(RetrieverBase):
     def index_bytes(self) -> int: return self._index.index_bytes if self._index else 0
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #056439f5
+@patch(as_prop=True)
+def index_shards(self: BM25Retriever):
+    """`index_shards(shards, progress=True, workers=None)`: index the units of `shards` (see
+    `BM25Index.write_from_shards`) without holding them: built into the index store under the same key as
+    `index(units)` of the same units (`shards.digest` is their `units_digest`), or loaded from it; with no store, built
+    in a temporary folder removed with the retriever. `workers`: tokenizing processes. A custom stemmer object has no
+    key: the attribute is then absent (`AttributeError`), so a streamed run reads the units into one list and says so."""
+    if str(BM25Index(**self.kw).stemmer).startswith('custom:'):
+        raise AttributeError(f"{self.name}: a custom stemmer object has no cache key; it indexes from memory, no index_shards")
+    return self._index_shards
+
 @patch
-def index_shards(self: BM25Retriever, shards, progress: bool = True, workers: Optional[int] = None):
-    """Index the units of `shards` (see `BM25Index.write_from_shards`) without holding them: built into the index
-    store under the same key as `index(units)` of the same units (`shards.digest` is their `units_digest`), or
-    loaded from it; with no store, built in a temporary folder removed with the retriever. `workers`: tokenizing processes."""
+def _index_shards(self: BM25Retriever, shards, progress: bool = True, workers: Optional[int] = None):
+    "See `index_shards`."
     proto = BM25Index(**self.kw)
-    if str(proto.stemmer).startswith('custom:'):                    # a stemmer object has no key: built in memory
-        return self.index([u for b in shards.batches() for u in b], progress=progress)
     opener = lambda d: BM25Index.open_shards(d, shards, **self.kw)
     if self.store is None:
         self._tmp = tempfile.TemporaryDirectory(prefix='docbench-bm25-')

@@ -18,7 +18,8 @@ from .represent import represent
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SHARD_FORMAT', 'SHARD_BATCH', 'UnitShards', 'tokenizer_fingerprint', 'ShardedCorpus', 'shard_units']
+__all__ = ['SHARD_FORMAT', 'SHARD_BATCH', 'UnitShards', 'tokenizer_fingerprint', 'ShardedCorpus', 'shard_units',
+           'sweep_stale_shards']
 
 # %% ../../nbs/03_retrieval/11_unit_shards.ipynb #fa7a7af3
 SHARD_FORMAT = 1
@@ -286,7 +287,9 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
                       ctx.parse_memory_mb, json.dumps(list(zip(ids, keys)))) if _keyable(kw) else None
     if key is not None and (sc := _cached(store, key, ids, srcs)) is not None: return sc
     store.root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=store.root, prefix='.shards.', suffix='.tmp'))
+    for gone in sweep_stale_shards(store.root):            # left by a run that was killed: said, then removed
+        warnings.warn(f"removed unit shards left by a run that is no longer running: {gone}", stacklevel=2)
+    tmp = Path(tempfile.mkdtemp(dir=store.root, prefix=_tmp_prefix(), suffix='.tmp'))
     try: sc = _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx, batch, kw, tmp / 'units')
     except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
     sc.temporary = tmp
@@ -336,3 +339,23 @@ def _open_sharded(folder, ids, srcs) -> ShardedCorpus:
         if e.file: e.file = rb(e.id, e.file)
         errors.append(e)
     return ShardedCorpus(sh, papers, errors, m['warnings'], m['render_paths'])
+
+# %% ../../nbs/03_retrieval/11_unit_shards.ipynb #0bf3d13a
+def _host() -> str: return ''.join(c if c.isalnum() or c == '-' else '-' for c in os.uname().nodename)[:40] or 'host'
+def _tmp_prefix() -> str: return f'.shards.{_host()}.{os.getpid()}.'
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def sweep_stale_shards(root) -> list:
+    "Remove the temporary shard folders under `root` made on this machine by processes no longer running; the paths removed."
+    gone, mine = [], f'.shards.{_host()}.'
+    for d in sorted(Path(root).glob('.shards.*.tmp')) if Path(root).is_dir() else []:
+        if not d.name.startswith(mine) or d.is_symlink() or not d.is_dir(): continue
+        pid = d.name[len(mine):].split('.', 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True); gone.append(str(d))
+    return gone
