@@ -11,20 +11,7 @@ from docbench_nb.queries.llm_stages import PROMPT_TEMPLATES, NATURALIZE, fenced_
 
 PAPERS = ('bat-activity-streetlights', 'clinical-abbrev-rap', 'coiled-metamaterial-absorber')
 
-def reply(req):
-    "Valid JSON per prompt, found by a phrase of the system text that no domain or language changes."
-    sys_, user = req['messages'][0]['content'], req['messages'][-1]['content']
-    q = fenced_text(user, 'QUESTION') or ''
-    if 'You write search questions' in sys_:
-        words = [w for w in (fenced_text(user, 'EVIDENCE') or '').split() if w.isalpha() and len(w) > 6][:3]
-        a = {'question': f"Which study of {' and '.join(words)} reports glowing ferns?", 'answer': 'that one'}
-    elif 'stand on their own' in sys_ or 'search engine' in sys_: a = {'query': q}
-    elif 'You check' in sys_: a = {'valid': True, 'labels': []}
-    elif 'You rephrase' in sys_: a = {'rephrasing': f"Level {1 + ('new wording' in user) + ('Restructure' in user)} of: {q}"}
-    elif 'You compare two questions' in sys_: a = {'same_meaning': True, 'same_answer': True}
-    elif 'judge whether a passage' in sys_: a = {'answers': False}
-    else: a = {'unexpected': True}
-    return {'content': json.dumps(a)}
+from scripted_pipeline import reply             # the one scripted model of the pipeline tests
 
 @pytest.fixture
 def corpus(tmp_path):
