@@ -59,8 +59,6 @@ def test_warm_streamed_run_reads_no_paper_and_a_damaged_shard_is_rebuilt(subset,
 
 def test_stream_refusals(tmp_path, capsys):
     ctx = RunContext(cache_dir=str(tmp_path), progress=False, stream=True)
-    with pytest.raises(ValueError, match='page task'):
-        evaluate(demo_corpus_dir(), demo_queries_path(), task='page', ctx=ctx)
     from docbench_nb.latex.corpus import load_papers
     ps, _ = load_papers(demo_corpus_dir(), cache_dir=str(tmp_path), progress=False)
     r = evaluate(demo_corpus_dir(), demo_queries_path(), papers=ps, ctx=ctx)          # nothing to stream: said, not refused

@@ -18,7 +18,7 @@ from .formats import load_queries
 from .metrics import score_run
 from .result import Result, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
 from .provenance import provenance, training_records, training_overlap
-from .page_task import check_task, page_maps, page_queries, to_page_units
+from .page_task import check_task, page_maps, page_queries, to_page_units, page_step, merge_steps
 
 # %% auto #0
 __all__ = ['training_guard', 'run_units', 'evaluate_units', 'evaluate', 'format_result']
@@ -108,6 +108,14 @@ def _sources(corpus, read, warns) -> list:
     read({printable(latex.paper_id_from_path(s)) for s in srcs})          # an unknown gold id fails here, before parsing
     return srcs
 
+def _gold_maps(qs, srcs, ctx, timeout) -> dict:
+    "Page maps of the queries' gold papers only (a streamed page run): parsed and mapped from their caches, filled by the shards' step."
+    gold = {d for q in qs for d in q.doc_ids}
+    mine = [s for s in srcs if printable(latex.paper_id_from_path(s)) in gold]
+    papers, _ = load_papers(mine, cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers,
+                            time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
+    return page_maps(papers, timeout, ctx=ctx)
+
 def _load_corpus(corpus, read, ctx, warns):
     "`(papers, errors, sources)`: the sources (`_sources`), parsed."
     srcs = _sources(corpus, read, warns)
@@ -116,12 +124,10 @@ def _load_corpus(corpus, read, ctx, warns):
     return papers, errors, srcs
 
 # %% ../../nbs/04_evaluation/06_core.ipynb #c5d5e809
-def _check_stream(ctx, task, papers) -> tuple:
-    """`(ctx, note)`: a streamed run refused where it cannot be done (the page task), or turned off with a note where
-    there is nothing to stream (the papers were given in memory, as `grid`, `demo` and `reproduce` give them)."""
+def _check_stream(ctx, papers) -> tuple:
+    """`(ctx, note)`: a streamed run turned off with a note where there is nothing to stream (the papers were given in
+    memory, as `grid`, `demo` and `reproduce` give them)."""
     if not ctx.stream: return ctx, None
-    if task == 'page': raise ValueError("stream (--stream or $DOCBENCH_STREAM): the page task maps every paper's pages before it "
-                                        "represents any, so it is not streamed; run it without stream")
     if papers is not None: return ctx.replace(stream=False), "stream (--stream or $DOCBENCH_STREAM) not used: the papers were given in memory"
     return ctx, None
 
@@ -139,7 +145,7 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     ctx = run_context(ctx, max_pixels=kw.get('max_pixels'), **settings)
     if ctx.max_pixels != DEFAULT_MAX_PIXELS: kw['max_pixels'] = ctx.max_pixels      # the representation's budget too
     timings, t, warns, desc = {}, time.time(), [], None
-    ctx, stream_note = _check_stream(ctx, task, papers)
+    ctx, stream_note = _check_stream(ctx, papers)
     if stream_note: warns.append(stream_note)
     if representation not in REPRESENTATIONS:        # before any parsing or model loading
         raise ValueError(f"unknown representation {representation!r}; expected one of {sorted(REPRESENTATIONS)}")
@@ -155,7 +161,8 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     else: chunk_size, chunk_from = int(chunk_size), 'given'
     if ctx.stream:                                   # parse + represent a batch at a time into unit shards (cached)
         srcs = _sources(corpus, read, warns)
-        sc = shard_units(srcs, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap, ctx=ctx, **kw)
+        step = page_step(map_timeout, maps=maps, ctx=ctx) if task == 'page' else None     # page units, a batch at a time
+        sc = shard_units(srcs, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap, ctx=ctx, step=step, **kw)
         papers, errors = sc.paper_records(), sc.errors
         warns += sc.notes()
     elif papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
@@ -165,17 +172,18 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     qs = read({p.id for p in papers})
     training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
     if task == 'page':
-        maps = maps if maps is not None else page_maps(papers, map_timeout, ctx=ctx)
+        maps = maps if maps is not None else _gold_maps(qs, srcs, ctx, map_timeout) if sc else page_maps(papers, map_timeout, ctx=ctx)
         qs, qrep = page_queries(qs, maps)
         if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
     t = time.time()
     rep = sc or represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
                           progress=ctx.progress, cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
     units, n_docs, warns = (sc.shards if sc else rep.units), len(papers), warns + rep.all_warnings()
-    if task == 'page':
+    if task == 'page' and sc: n_docs, urep = merge_steps(sc.steps)        # the shards hold page units already
+    elif task == 'page':
         units, urep = to_page_units(units, maps)
         n_docs = sum(maps[p.id].n_pages for p in papers if p.id in maps and not getattr(maps[p.id], 'error', None))
-        if urep['n_unplaced_units']: warns.append(f"{urep['n_unplaced_units']} of {urep['n_units']} units have no page and were left out")
+    if task == 'page' and urep['n_unplaced_units']: warns.append(f"{urep['n_unplaced_units']} of {urep['n_units']} units have no page and were left out")
     if not sc: timings['represent_s'] = time.time() - t
     if ret.window and chunk_size > ret.window:
         warns.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "

@@ -8,9 +8,12 @@ from typing import Optional, Sequence
 from ..context import RunContext, run_context
 from ..records import Query, Unit
 from ..pages.pagemap import map_paper, query_pages
+from ..cache import content_key
+from ..retrieval.unit_index import group_by_doc
 
 # %% auto #0
-__all__ = ['TASKS', 'page_doc_id', 'split_page_id', 'check_task', 'page_maps', 'page_qrels', 'page_queries', 'to_page_units']
+__all__ = ['TASKS', 'page_doc_id', 'split_page_id', 'check_task', 'page_maps', 'page_qrels', 'page_queries', 'to_page_units',
+           'page_step', 'merge_steps']
 
 # %% ../../nbs/04_evaluation/05_page_task.ipynb #633e7f52
 TASKS = ('paper', 'page')
@@ -91,3 +94,40 @@ def to_page_units(units: Sequence[Unit], maps: dict) -> tuple:
                             list(u.images), tuple(u.span), {**u.meta, 'paper_id': u.doc_id, 'page': p}))
     return out, {'n_units': len(units), 'n_page_units': len(out), 'n_unplaced_units': len(unplaced),
                  'n_multi_page_units': multi, 'unplaced_units': unplaced[:20]}
+
+# %% ../../nbs/04_evaluation/05_page_task.ipynb #882a2597
+_DEADLINE_WORDS = ('timed out', 'deadline', 'killed after', 'TIMEOUT', 'not cached')
+
+def _step_digest() -> str:
+    "sha256 of the modules that make page maps and page units: a change to any of them makes new shards."
+    import hashlib
+    from pathlib import Path
+    from docbench_nb.pages import pagemap, render
+    from docbench_nb.evaluation import page_task
+    h = hashlib.sha256()
+    for m in (page_task, pagemap, render): h.update(Path(m.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+def page_step(timeout: float = 120, *, maps: Optional[dict] = None, ctx: Optional[RunContext] = None, **settings):
+    """The page task as a step of a streamed run (`shard_units(step=)`): `step(papers, units) -> (page units, info,
+    transient)`, mapping each batch's papers (`page_maps`, cached) unless `maps` are given. `info`: the pages of each
+    paper (`n_pages`, 0 for a paper without a map) and `to_page_units`' counts. A step built on given `maps` has no
+    `key` (the maps are not content-keyed), so its shards are not cached."""
+    ctx = run_context(ctx, **settings).replace(progress=False)
+    def step(papers, units):
+        ms = ({p.id: maps[p.id] for p in papers if p.id in maps} if maps is not None else page_maps(papers, timeout, ctx=ctx))
+        out, rep = to_page_units(units, ms)
+        order, _, _ = group_by_doc([u.doc_id for u in out])     # a page's units together, in the order an index groups them
+        if order is not None: out = [out[i] for i in order]
+        info = {'n_pages': {pid: 0 if getattr(m, 'error', None) else m.n_pages for pid, m in ms.items()}, **rep}
+        late = [f"{pid}: page map {m.error[:200]}" for pid, m in ms.items()
+                if getattr(m, 'error', None) and any(w in m.error for w in _DEADLINE_WORDS)]
+        return out, info, late
+    if maps is None: step.key = content_key('page-step', timeout, _step_digest())
+    return step
+
+def merge_steps(infos) -> tuple:
+    "`(n_docs, unit report)` of a streamed page run from its batches' `page_step` infos, as `to_page_units` reports one batch."
+    rep = {k: sum(i[k] for i in infos) for k in ('n_units', 'n_page_units', 'n_unplaced_units', 'n_multi_page_units')}
+    rep['unplaced_units'] = [u for i in infos for u in i['unplaced_units']][:20]
+    return sum(n for i in infos for n in i['n_pages'].values()), rep

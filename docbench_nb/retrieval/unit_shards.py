@@ -163,6 +163,7 @@ class ShardedCorpus:
     cached: bool = False
     temporary: Optional[Path] = None     # a folder of unkeyed shards, removed by `cleanup`
     transient: list = field(default_factory=list)   # papers that ran out of time or memory: such shards are not cached
+    steps: list = field(default_factory=list)       # what a `step` said about each batch (JSON), in batch order
     def cleanup(self):
         "Remove the shards when they were written to a temporary folder (cached shards stay)."
         if self.temporary is not None: shutil.rmtree(self.temporary, ignore_errors=True); self.temporary = None
@@ -211,12 +212,14 @@ def _mark_identical(ps, same: dict):
         p.meta['identical_sources'] = others
 
 # %% ../../nbs/03_retrieval/11_unit_shards.ipynb #87077d85
-def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx, batch, kw, folder) -> ShardedCorpus:
+def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx, batch, kw, folder, step=None) -> ShardedCorpus:
     """Parse and represent `srcs` `batch` at a time, in source order, into shards under `folder`: one batch of papers
-    is held at a time. Byte-identical sources are parsed once (the parse cache) and named in each other's warnings."""
+    is held at a time. Byte-identical sources are parsed once (the parse cache) and named in each other's warnings.
+    `step(papers, units) -> (units, info, transient)` turns a batch's units into the units stored (the page task's
+    page units); its `info` (JSON) is kept per batch, its `transient` failures keep the shards out of the cache."""
     import warnings as _w
     from tqdm.auto import tqdm
-    shards, papers, errors, warns, paths, transient = UnitShards(folder), [], [], [], {}, []
+    shards, papers, errors, warns, paths, transient, steps = UnitShards(folder), [], [], [], {}, [], []
     same = _same_sources(ids, keys)
     for s in tqdm(range(0, len(srcs), batch), desc=f'shards:{representation}', unit='batch', disable=not ctx.progress):
         with _w.catch_warnings():
@@ -226,15 +229,18 @@ def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx
         _mark_identical(ps, same)
         rep = represent(ps, representation, tokenizer=tokenizer, chunk_size=chunk_size, overlap=overlap, progress=False,
                         cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
-        shards.write(rep.units)
+        units = rep.units
+        if step is not None:
+            units, info, tr = step(ps, units); steps.append(info); transient += list(tr)
+        shards.write(units)
         origin = dict(zip(ids[s:s + batch], srcs[s:s + batch]))
         papers += [{'id': p.id, 'origin': printable(origin.get(p.id, '')), 'digest': p.meta.get('source_key'), 'warnings': list(p.warnings),
                     'identical_sources': list(p.meta.get('identical_sources') or [])} for p in ps]
         errors += errs; warns += rep.all_warnings(); paths.update(rep.render_paths); transient += _transient(errs, rep)
-        del ps, rep
+        del ps, rep, units
     shards.finish(papers=papers, errors=[e.to_dict() for e in errors], warnings=warns, render_paths=paths,
-                  origins={i: printable(s) for i, s in zip(ids, srcs)})
-    sc = ShardedCorpus(shards, papers, errors, warns, paths)
+                  origins={i: printable(s) for i, s in zip(ids, srcs)}, steps=steps)
+    sc = ShardedCorpus(shards, papers, errors, warns, paths, steps=steps)
     sc.transient = transient
     return sc
 
@@ -261,14 +267,16 @@ def _put(store, key, sc: ShardedCorpus, ids) -> ShardedCorpus:
     return _open_sharded(folder / 'units', ids, [None] * len(ids))
 
 def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: int = 512, overlap: int = 0, *,
-                ctx: Optional[RunContext] = None, batch: Optional[int] = None, **kw) -> ShardedCorpus:
+                ctx: Optional[RunContext] = None, batch: Optional[int] = None, step=None, **kw) -> ShardedCorpus:
     """Parse and represent the paper sources `srcs` `batch` papers at a time (each batch on `ctx.workers` processes,
     parses cached as ever), writing the units to `UnitShards` as they are made: memory holds one batch, not the corpus.
     The shards are saved in the cache's index store under a key of the papers' ids and source hashes, the
     representation and its options, the parse limits, the tokenizer and the code that makes units, so a rerun reads
     them instead of parsing and chunking again; paths in cached warnings are rebound to this run's sources. Shards
     are not cached when a paper ran out of time or memory (a rerun tries it again), nor when an option is an object
-    (a describer): those stay in a temporary folder, removed by `ShardedCorpus.cleanup()`."""
+    (a describer): those stay in a temporary folder, removed by `ShardedCorpus.cleanup()`. `step(papers, units)` (see
+    `_stream`) changes each batch's units before they are stored; its `key` attribute (a string naming what it does
+    and the code that does it) joins the cache key, and a step without one keeps the shards out of the cache."""
     from docbench_nb.retrieval.unit_index import IndexStore
     from docbench_nb.retrieval.chunking import default_tokenizer
     ctx, batch = run_context(ctx), int(batch or SHARD_BATCH)
@@ -284,13 +292,15 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     store = IndexStore.for_cache(ctx.cache_dir)
     key = content_key('unit-shards', SHARD_FORMAT, representation, json.dumps(kw, sort_keys=True), chunk_size, overlap,
                       tokenizer_fingerprint(tokenizer), batch, _code_digest(representation), ctx.parse_time_limit,
-                      ctx.parse_memory_mb, json.dumps(list(zip(ids, keys)))) if _keyable(kw) else None
+                      ctx.parse_memory_mb, json.dumps(list(zip(ids, keys))),
+                      *([] if step is None else [getattr(step, 'key', None)])) if _keyable(kw) else None
+    if step is not None and not isinstance(getattr(step, 'key', None), str): key = None
     if key is not None and (sc := _cached(store, key, ids, srcs)) is not None: return sc
     store.root.mkdir(parents=True, exist_ok=True)
     for gone in sweep_stale_shards(store.root):            # left by a run that was killed: said, then removed
         warnings.warn(f"removed unit shards left by a run that is no longer running: {gone}", stacklevel=2)
     tmp = Path(tempfile.mkdtemp(dir=store.root, prefix=_tmp_prefix(), suffix='.tmp'))
-    try: sc = _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx, batch, kw, tmp / 'units')
+    try: sc = _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx, batch, kw, tmp / 'units', step)
     except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
     sc.temporary = tmp
     return _put(store, key, sc, ids) if key is not None else sc
@@ -338,7 +348,7 @@ def _open_sharded(folder, ids, srcs) -> ShardedCorpus:
         e = PaperError.from_dict(e); e.error = rb(e.id, e.error)
         if e.file: e.file = rb(e.id, e.file)
         errors.append(e)
-    return ShardedCorpus(sh, papers, errors, m['warnings'], m['render_paths'])
+    return ShardedCorpus(sh, papers, errors, m['warnings'], m['render_paths'], steps=list(m.get('steps', [])))
 
 # %% ../../nbs/03_retrieval/11_unit_shards.ipynb #0bf3d13a
 def _host() -> str: return ''.join(c if c.isalnum() or c == '-' else '-' for c in os.uname().nodename)[:40] or 'host'

@@ -1,0 +1,65 @@
+"""The page task streamed (`--stream --task page`): each batch of papers is mapped to pages and its units turned into
+page units before they are stored, so the run holds one batch; the numbers equal the in-memory page task's."""
+import json
+from pathlib import Path
+import pytest
+from docbench_nb.context import RunContext
+from docbench_nb.evaluation.core import evaluate
+from docbench_nb.evaluation import core
+from docbench_nb.evaluation.formats import load_queries
+from docbench_nb.evaluation import page_task
+from docbench_nb.retrieval import unit_shards
+
+IDS = ('3I-ATLAS-discovery', 'dong-obliquity', 'arxiv-1911.02782')     # small papers with dev queries (as tests/test_pagetask.py)
+BATCH = 2
+
+
+@pytest.fixture(scope='module')
+def three(shared_dir):
+    if not __import__('shutil').which('pdflatex'): pytest.skip('needs pdflatex')
+    srcs = [str(shared_dir / 'corpus' / 'papers' / i) for i in IDS]
+    qs = [q for q in load_queries(shared_dir / 'queries' / 'dev.jsonl') if set(q.doc_ids) <= set(IDS)]
+    assert len(qs) >= 8
+    return srcs, qs
+
+
+def test_streamed_page_task_equals_in_memory_one_batch_at_a_time(three, tmp_path, monkeypatch):
+    srcs, qs = three
+    monkeypatch.setattr(unit_shards, 'SHARD_BATCH', BATCH)
+    mapped, real_maps = [], page_task.page_maps
+    counting = lambda papers, *a, **kw: (mapped.append(len(papers)), real_maps(papers, *a, **kw))[1]
+    for mod in (page_task, core): monkeypatch.setattr(mod, 'page_maps', counting)
+    ctx = RunContext(cache_dir=str(tmp_path), progress=False)
+    m = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    assert mapped == [3]
+    mapped.clear()
+    s = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx.replace(stream=True))
+    gold = len({d for q in qs for d in q.doc_ids})
+    assert mapped == [2, 1, gold], mapped        # a batch of papers at a time (the step), then the queries' gold papers (cached)
+    for k in ('per_query', 'overall', 'by_level', 'n_units', 'n_docs', 'n_queries', 'index_bytes', 'warnings'): assert s[k] == m[k], k
+    assert s.run.scores == m.run.scores and s.config['task'] == 'page'
+    assert s.extra['page_units'] == m.extra['page_units'] and s.extra['page_qrels'] == m.extra['page_qrels']
+    assert s.extra['provenance']['context']['stream'] == {'shards': 2, 'cached': False}
+    assert m.n_docs > len(IDS) and s.n_units > 0
+    # warm: the page units come from the cached shards; only the queries' gold papers are mapped again (from the cache)
+    mapped.clear()
+    w = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx.replace(stream=True))
+    assert w['per_query'] == s['per_query'] and w['n_docs'] == s['n_docs'] and w.extra['page_units'] == s.extra['page_units']
+    assert w.extra['provenance']['context']['stream']['cached'] is True and mapped == [gold]
+
+
+def test_page_maps_out_of_time_keep_the_shards_out_of_the_cache(three, tmp_path, monkeypatch):
+    "A page map that failed for want of time (a loaded machine) is tried again next run: the shards are not cached."
+    srcs, qs = three
+    from docbench_nb.pages.pagemap import PageMap
+    real = page_task.map_paper
+    monkeypatch.setattr(page_task, 'map_paper', lambda p, **kw: PageMap(p.id, error='render failed: real compile failed: timed out')
+                        if p.id == IDS[0] else real(p, **kw))
+    ctx = RunContext(cache_dir=str(tmp_path), progress=False, stream=True)
+    with pytest.warns(UserWarning, match='unit shards not cached'):
+        s = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    assert s.extra['provenance']['context']['stream']['cached'] is False
+    monkeypatch.setattr(page_task, 'map_paper', real)
+    again = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    assert again.extra['provenance']['context']['stream']['cached'] is False          # made again, now cached for the next run
+    assert again.n_docs > s.n_docs                                                    # the first paper's pages are back
