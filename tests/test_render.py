@@ -159,6 +159,87 @@ def test_failed_render_is_cached_and_retried_under_a_longer_deadline(tmp_path, c
     assert_one_deadline(launches, 12)
 
 
+def test_run_tool_measures_the_cpu_time_of_a_killed_tool():
+    "A tool that loops has its CPU until it is killed; `sleep` has none, as a tool starved by a busy machine."
+    import sys
+    from docbench_nb.pages import assets as A
+    with A.tool_timeouts() as killed:
+        with pytest.raises(A.ToolTimeout, match='killed after 1.5s') as busy:
+            A.run_tool([sys.executable, '-c', 'while True: pass'], timeout=1.5)
+        with pytest.raises(A.ToolTimeout, match='killed after 1s') as idle: A.run_tool(['sleep', '30'], timeout=1)
+    b, i = busy.value, idle.value
+    assert b.wall_s >= 1.5 and b.cpu_s >= 0.5 * b.wall_s and not b.starved, (b.cpu_s, b.wall_s)
+    assert i.wall_s >= 1 and i.cpu_s < 0.1 and i.starved, (i.cpu_s, i.wall_s)
+    assert [(k.tool, k.cpu_s, k.wall_s) for k in killed] == [(Path(sys.executable).name, b.cpu_s, b.wall_s), ('sleep', i.cpu_s, i.wall_s)]
+
+
+def _count_compiles(monkeypatch):
+    "Calls of the paper's own compile, counted."
+    calls, real = [], R.compile_latex
+    monkeypatch.setattr(R, 'compile_latex', lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    return calls
+
+
+def test_starved_own_compile_is_not_cached(tmp_path, cache, monkeypatch):
+    "A deadline a busy machine caused (the killed TeX had no CPU) is not cached, failed or fallback: the next call compiles again."
+    from docbench_nb.pages import assets
+    monkeypatch.setattr(assets, '_cpu_seconds', lambda pgid: 0.0)      # what the CPU reader shows of a TeX starved by load
+    p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text='Loop paper text.')
+    calls = _count_compiles(monkeypatch)
+    for n in (1, 2):
+        r = R.render_paper(p, cache_dir=cache, timeout=4)
+        assert (r.path, r.timed_out, len(calls)) == ('failed', True, n), r.warnings
+        w = r.warnings[-1]
+        assert w.startswith('pdflatex killed after') and 'with 0.00 CPU s' in w, w
+        assert w.endswith('not cached; it is tried again on the next run'), w
+    monkeypatch.setattr(R, 'FALLBACK_RESERVE', 0.5)                    # 3 s of 6 for the own compile, 3 s for the fallback
+    r = R.render_paper(p, cache_dir=cache, timeout=6)
+    assert (r.path, r.timed_out, len(calls)) == ('fallback', True, 3) and r.warnings[-1].endswith('tried again on the next run')
+    assert Path(r.pdf).name == 'uncached.pdf' and 'Loop paper text.' in pdf_text(r.pdf)   # usable, but not the cache's
+    assert list(cache.rglob('result.json')) == []
+
+
+def test_fallback_after_an_own_compile_timeout_is_retried_under_a_longer_deadline(tmp_path, cache, monkeypatch):
+    "A fallback typeset after the own compile hit its deadline is `timed_out`: cached, and tried again under a longer deadline."
+    from docbench_nb.pages import assets
+    monkeypatch.setattr(assets, '_cpu_seconds', lambda pgid: 1e6)      # every kill CPU-bound, as a TeX loop is, whatever the load
+    monkeypatch.setattr(R, 'FALLBACK_RESERVE', 0.5)
+    p = make_paper(tmp_path / 'loop', r'\def\x{\x}\x', text='Loop paper text.')
+    r = R.render_paper(p, cache_dir=cache, timeout=6)
+    assert (r.path, r.timed_out, r.timeout) == ('fallback', True, 6) and 'real compile failed: timed out' in r.warnings, r.warnings
+    assert Path(r.pdf).name == 'paper.pdf' and not any('not cached' in w for w in r.warnings)
+    calls = _count_compiles(monkeypatch)
+    assert R.render_paper(p, cache_dir=cache, timeout=6).to_dict() == r.to_dict() and calls == []
+    assert R.render_paper(p, cache_dir=cache, timeout=5).to_dict() == r.to_dict() and calls == []
+    r2 = R.render_paper(p, cache_dir=cache, timeout=7)
+    assert (r2.path, r2.timed_out, r2.timeout, len(calls)) == ('fallback', True, 7, 1), r2.warnings
+    old = {k: v for k, v in r.to_dict().items() if k != 'timed_out'}   # cached before `timed_out` covered fallbacks
+    o = R.RenderResult.from_dict(old)
+    assert (o.timed_out, R._retry(o, 6), R._retry(o, 7)) == (False, False, True)
+
+
+@pytest.mark.skipif(not shutil.which('gs'), reason='needs ghostscript')
+def test_convert_figure_caches_a_cpu_bound_timeout_but_not_a_starved_one(tmp_path, monkeypatch):
+    from docbench_nb.pages import assets as A
+    eps = tmp_path / 'loop.eps'
+    eps.write_text('%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 100 100\n{ } loop\nshowpage\n')
+    calls, real = [], A._render_eps
+    monkeypatch.setattr(A, '_render_eps', lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    fails = lambda c: list((c / 'assets' / A.CONVERTER_VERSION).glob('*.fail.json'))
+    c1, c2 = tmp_path / 'c1', tmp_path / 'c2'
+    with monkeypatch.context() as m:
+        m.setattr(A, '_cpu_seconds', lambda pgid: 0.0)                  # ghostscript starved by load: says nothing of the file
+        for n in (1, 2):
+            with pytest.raises(A.AssetError, match='not cached; it is tried again on the next run'):
+                A.convert_figure(eps, cache_dir=c1, timeout=1)
+            assert len(calls) == n and fails(c1) == []
+    calls.clear()
+    with pytest.raises(A.AssetError, match='killed after 1.5s') as e: A.convert_figure(eps, cache_dir=c2, timeout=1.5)
+    assert 'not cached' not in str(e.value)                             # the real reader: the loop had its CPU
+    with pytest.raises(A.AssetError, match='cached failure'): A.convert_figure(eps, cache_dir=c2, timeout=1.5)
+    assert len(calls) == 1 and len(fails(c2)) == 1
+
+
 def test_tex_output_flood_keeps_python_memory_bounded(tmp_path):
     "issue #12: `\\loop\\message{...}\\repeat` drove the Python process to 4.35 GB through communicate()."
     import sys, json as _json

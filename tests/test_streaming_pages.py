@@ -63,3 +63,21 @@ def test_page_maps_out_of_time_keep_the_shards_out_of_the_cache(three, tmp_path,
     again = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
     assert again.extra['provenance']['context']['stream']['cached'] is False          # made again, now cached for the next run
     assert again.n_docs > s.n_docs                                                    # the first paper's pages are back
+
+
+def test_a_page_map_of_an_uncached_render_keeps_the_shards_out_of_the_cache(three, tmp_path, monkeypatch):
+    "A render a busy machine may have shaped is not cached (`render_paper`); the page map made from it is not, nor are the shards."
+    srcs, qs = three
+    real = page_task.map_paper
+    def shaped(p, **kw):
+        pm = real(p, **kw)
+        if p.id == IDS[1]: pm.transient = 'render pdflatex killed after 3s with 0.4 s CPU: not cached; it is tried again on the next run'
+        return pm
+    monkeypatch.setattr(page_task, 'map_paper', shaped)
+    ctx = RunContext(cache_dir=str(tmp_path), progress=False, stream=True)
+    with pytest.warns(UserWarning, match='unit shards not cached'):
+        s = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    monkeypatch.setattr(page_task, 'map_paper', real)
+    again = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    assert again.extra['provenance']['context']['stream']['cached'] is False and again['per_query'] == s['per_query']
+    assert evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx).extra['provenance']['context']['stream']['cached'] is True

@@ -122,6 +122,7 @@ def page_step(timeout: float = 120, *, maps: Optional[dict] = None, ctx: Optiona
         info = {'n_pages': {pid: 0 if getattr(m, 'error', None) else m.n_pages for pid, m in ms.items()}, **rep}
         late = [f"{pid}: page map {m.error[:200]}" for pid, m in ms.items()
                 if getattr(m, 'error', None) and any(w in m.error for w in _DEADLINE_WORDS)]
+        late += [f"{pid}: page map {m.transient[:200]}" for pid, m in ms.items() if getattr(m, 'transient', None)]
         return out, info, late
     if maps is None: step.key = content_key('page-step', timeout, _step_digest())
     return step

@@ -4,16 +4,18 @@
 
 # %% ../../nbs/02_pages/00_assets.ipynb #3a41d2bf
 from __future__ import annotations
-import os, re, json, math, time, hashlib, signal, shutil, subprocess, tempfile
+import os, re, json, math, time, hashlib, signal, shutil, subprocess, tempfile, contextvars
+from contextlib import contextmanager
+from typing import NamedTuple, Optional
 from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 from ..cache import cache_root, file_sha256, atomic_open, atomic_write_json   # one cache root and one atomic writer for all stages
 from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
-__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL',
-           'AssetError', 'ToolTimeout', 'run_tool', 'fit_max_pixels', 'sniff_format', 'extension_format',
-           'pdf_page_sizes', 'convert_figure', 'convert_paper_figures']
+__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'STARVED_CPU_SHARE', 'MAX_TOOL_OUTPUT',
+           'TOOL_REPORT_TAIL', 'AssetError', 'KilledTool', 'tool_timeouts', 'ToolTimeout', 'run_tool', 'fit_max_pixels',
+           'sniff_format', 'extension_format', 'pdf_page_sizes', 'convert_figure', 'convert_paper_figures']
 
 # %% ../../nbs/02_pages/00_assets.ipynb #853f2953
 class AssetError(Exception):
@@ -27,14 +29,59 @@ VECTOR_FORMATS = ('pdf', 'eps', 'ps')
 MAX_VECTOR_DPI = 600          # never render vector art above this resolution, whatever the budget
 CONVERTER_VERSION = 'v1'      # bump when the conversion changes: it is part of the cache location
 
+# %% ../../nbs/02_pages/00_assets.ipynb #a7991cf8
+STARVED_CPU_SHARE = 0.5      # a tool killed at its timeout with less than this share of one CPU over its run was starved by load
+
+def _cpu_seconds(pgid: int) -> Optional[float]:
+    "CPU seconds (user + system, with reaped children) the processes of process group `pgid` have used, from `/proc`; None where unreadable."
+    try: tick, names = os.sysconf('SC_CLK_TCK'), os.listdir('/proc')
+    except (OSError, ValueError, AttributeError): return None
+    total, leader = 0, False
+    for n in names:
+        if not n.isdigit(): continue
+        try:
+            with open(f'/proc/{n}/stat', 'rb') as f: s = f.read()
+            x = s[s.rindex(b')') + 2:].split()            # the fields after `(comm)`: state, ppid, pgrp, ...
+            if int(x[2]) != pgid: continue
+            total += sum(int(v) for v in x[11:15])           # utime, stime, cutime, cstime (clock ticks)
+        except (OSError, ValueError, IndexError): continue
+        leader = leader or int(n) == pgid
+    return total / tick if leader and tick > 0 else None
+
+class KilledTool(NamedTuple):
+    "A tool `run_tool` killed at its timeout: its name, the CPU seconds it used (None: unknown) and the wall seconds it ran."
+    tool: str
+    cpu_s: Optional[float]
+    wall_s: float
+    @property
+    def starved(self) -> bool:
+        "Did it get less than `STARVED_CPU_SHARE` of a CPU (or an unknown share)? Then load, not its input, stopped it."
+        return self.cpu_s is None or self.cpu_s < STARVED_CPU_SHARE * self.wall_s
+    def describe(self) -> str:
+        "`'pdflatex killed after 3.00 s wall with 0.02 CPU s'`"
+        cpu = 'its CPU time unknown' if self.cpu_s is None else f'with {self.cpu_s:.2f} CPU s'
+        return f'{self.tool} killed after {self.wall_s:.2f} s wall {cpu}'
+
+_KILLED = contextvars.ContextVar('docbench_killed_tools', default=())
+
+@contextmanager
+def tool_timeouts():
+    "Collect a `KilledTool` for every tool `run_tool` kills at its timeout inside the block (this thread or task only; nested blocks all see it)."
+    seen = []
+    token = _KILLED.set(_KILLED.get() + (seen,))
+    try: yield seen
+    finally: _KILLED.reset(token)
+
 # %% ../../nbs/02_pages/00_assets.ipynb #215f40a9
 MAX_TOOL_OUTPUT = 64 * 1024**2        # bytes kept per stream by default (the tail); the rest is counted, not stored
 TOOL_REPORT_TAIL = 256 * 1024         # what TeX and ghostscript runs keep: their output is a report, its end says why
 
 class ToolTimeout(Exception):
-    "An external tool ran past its timeout and was killed (with its whole process group); `stdout`/`stderr`: the kept tails."
-    def __init__(self, msg, stdout=b'', stderr=b''):
-        super().__init__(msg); self.stdout, self.stderr = stdout, stderr
+    "An external tool ran past its timeout and was killed (with its whole process group); `stdout`/`stderr`: the kept tails; `cpu_s`/`wall_s`: the CPU (None: unknown) and wall seconds it had."
+    def __init__(self, msg, stdout=b'', stderr=b'', cpu_s=None, wall_s=None):
+        super().__init__(msg); self.stdout, self.stderr, self.cpu_s, self.wall_s = stdout, stderr, cpu_s, wall_s
+    @property
+    def starved(self) -> bool: return KilledTool('', self.cpu_s, self.wall_s or 0.0).starved
 
 def _tail(chunks, dropped: int, limit: int) -> tuple:
     "`(kept bytes with a marker when some were dropped, dropped count)` from the chunks left in a stream's queue."
@@ -44,9 +91,10 @@ def _tail(chunks, dropped: int, limit: int) -> tuple:
 
 def run_tool(cmd: list, timeout: float, cwd=None, env=None, preexec_fn=None,
              max_output: int = MAX_TOOL_OUTPUT) -> subprocess.CompletedProcess:
-    "Run `cmd` (a list; no shell) with a hard `timeout` in seconds; kill its process group on timeout (`ToolTimeout`). Keeps the last `max_output` bytes of stdout and of stderr (`.dropped` counts the rest)."
+    "Run `cmd` (a list; no shell) with a hard `timeout` in seconds; kill its process group on timeout (`ToolTimeout`, with the CPU and wall seconds it had; also reported to `tool_timeouts`). Keeps the last `max_output` bytes of stdout and of stderr (`.dropped` counts the rest)."
     import selectors
     if isinstance(cmd, (str, bytes)): raise TypeError("run_tool takes an argument list, never a shell string")
+    start = time.monotonic()
     p = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, cwd=cwd, env=env, start_new_session=True, preexec_fn=preexec_fn)
     from collections import deque
@@ -68,11 +116,14 @@ def run_tool(cmd: list, timeout: float, cwd=None, env=None, preexec_fn=None,
         except subprocess.TimeoutExpired: timed_out = True          # closed its pipes but kept running
     (out, d_out), (err, d_err) = (_tail(bufs[f], dropped[f], max_output) for f in (p.stdout, p.stderr))
     if timed_out:
+        killed = KilledTool(Path(str(cmd[0])).name, _cpu_seconds(p.pid), round(time.monotonic() - start, 3))   # read before the kill
         try: os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError: pass
         p.wait()
     p.stdout.close(); p.stderr.close()
-    if timed_out: raise ToolTimeout(f"{Path(str(cmd[0])).name} killed after {timeout:g}s", out, err)
+    if timed_out:
+        for seen in _KILLED.get(): seen.append(killed)
+        raise ToolTimeout(f"{killed.tool} killed after {timeout:g}s", out, err, killed.cpu_s, killed.wall_s)
     r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
     r.dropped = (d_out, d_err)
     return r
@@ -234,7 +285,9 @@ def _cached_failure(fail: Path, path, timeout: float):
     if d.get('timed_out') and timeout > d.get('timeout', 0): return None      # a longer timeout may succeed: retry
     return AssetError(path, f"{d['reason']} (cached failure of this content; delete {fail.name} to retry)", d.get('format'))
 
-def _record_failure(fail: Path, e: AssetError, timeout: float) -> None:
+def _record_failure(fail: Path, e: AssetError, timeout: float, killed=()) -> None:
+    "Record failure `e` in `fail`, unless it says nothing about the file: a tool starved by load among `killed`, a missing converter, a bomb."
+    if any(k.starved for k in killed): return                     # the machine was busy: the next run tries again
     if 'is not installed' in e.reason or 'decompression bomb' in e.reason: return   # about this machine / cheap to re-check
     atomic_write_json(fail, {'reason': e.reason, 'format': e.format, 'timeout': timeout,
                              'timed_out': 'killed after' in e.reason})
@@ -248,7 +301,7 @@ def _convert(path, fmt, dest, max_pixels, timeout):
         _atomic_save_png(_open_raster(raw, max_pixels, fmt), dest)        # flattens + enforces the budget
 
 def convert_figure(path, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 60) -> str:
-    "Convert the figure file `path` to an RGB PNG of at most `max_pixels` pixels; return the cached PNG's path. A failed conversion is cached with its reason."
+    "Convert the figure file `path` to an RGB PNG of at most `max_pixels` pixels; return the cached PNG's path. A failed conversion is cached with its reason (not one a busy machine caused)."
     path = Path(path)
     if max_pixels < 1: raise ValueError(f"max_pixels must be >= 1, got {max_pixels}")
     claimed = extension_format(path)
@@ -263,8 +316,14 @@ def convert_figure(path, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, t
     if fmt not in RASTER_FORMATS + VECTOR_FORMATS: raise AssetError(path, f'unsupported format {fmt}', fmt)
     if (e := _cached_failure(fail, path, timeout)) is not None: raise e
     out_dir.mkdir(parents=True, exist_ok=True)
-    try: _convert(path, fmt, dest, max_pixels, timeout)
-    except AssetError as e: _record_failure(fail, e, timeout); raise
+    with tool_timeouts() as killed:
+        try: _convert(path, fmt, dest, max_pixels, timeout)
+        except AssetError as e:
+            _record_failure(fail, e, timeout, killed)
+            if not any(k.starved for k in killed): raise
+            busy = '; '.join(k.describe() for k in killed if k.starved)
+            raise AssetError(path, f'{e.reason} ({busy}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, so a busy '
+                             'machine may have stopped it; not cached; it is tried again on the next run)', e.format) from e
     return str(dest)
 
 # %% ../../nbs/02_pages/00_assets.ipynb #f05d4c3f

@@ -244,6 +244,7 @@ class PageMap:
     files: list = field(default_factory=list)
     line_pages: dict = field(default_factory=dict)
     n_pages: int = 0
+    transient: Optional[str] = None      # why this map is not cached (its render was not: a busy machine may have shaped it)
 
     def span_pages(self, span) -> list:
         "Pages on which the `Paper.text` span `(start, end)` sits (the pages of every mapped element it overlaps)."
@@ -454,6 +455,7 @@ def map_paper(paper, cache_dir=None, timeout: float = 120) -> PageMap:
     except Exception as e: return PageMap(paper.id, error=f'render failed: {type(e).__name__}: {e}')
     if res.path == 'failed' or not res.pdf:
         return PageMap(paper.id, render_path=res.path, error='render failed: ' + '; '.join(res.warnings)[:500])
+    uncached = next((w for w in res.warnings if w.endswith('not cached; it is tried again on the next run')), None)
     sync = res.synctex if res.path in OWN_LATEX_PATHS and res.synctex and Path(res.synctex).exists() else None
     body = json.dumps({k: v for k, v in paper.to_dict().items() if k not in ('meta', 'warnings')}, sort_keys=True)
     key = content_key(PAGEMAP_VERSION, file_sha256(sync or res.pdf), body, res.pdf, res.path)
@@ -473,6 +475,7 @@ def map_paper(paper, cache_dir=None, timeout: float = 120) -> PageMap:
     else:
         labels, n = _map_pdftotext(paper, res)
         pm = PageMap(paper.id, res.pdf, res.path, 'pdftotext', labels, {}, None, paper.root, [], {}, n)
+    if uncached: pm.transient = f'render {uncached}'[:500]; return pm      # mapped from an uncached render: not cached either
     atomic_write_json(f, pm.to_dict())
     return pm
 

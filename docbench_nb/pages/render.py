@@ -13,7 +13,8 @@ from ..records import Paper
 from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
 from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json
-from .assets import run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi
+from .assets import (run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi,
+                                      tool_timeouts, STARVED_CPU_SHARE)
 from .sandbox import (RenderError, ENGINES, MAX_TREE_BYTES, MAX_OUTPUT_FILE_BYTES, compile_latex,
                                  compile_tex_string, tex_errors)
 from .minimal import STRATEGIES, MATH_COMMANDS, escape_text, minimal_document, undefined_in_template
@@ -41,8 +42,8 @@ class RenderResult:
     synctex: Optional[str] = None                    # the compile's SyncTeX file (own-LaTeX paths only; see `pagemap`)
     n_pages_pdf: Optional[int] = None                # pages of the PDF (more than `len(pages)` when the page cap cut it)
     max_pages: Optional[int] = None                  # the page cap this render ran under (None: no cap)
-    timeout: Optional[float] = None                  # the total deadline it ran under (a cached timed-out failure is retried under a longer one)
-    timed_out: bool = False                          # a deadline stopped it (compile, fallback or rasterizing)
+    timeout: Optional[float] = None                  # the total deadline it ran under (a cached timed-out result is retried under a longer one)
+    timed_out: bool = False                          # a deadline was hit (own compile, repairs, fallback or rasterizing), whatever the path
     def to_dict(self): return asdict(self)
     @classmethod
     def from_dict(cls, d):
@@ -266,14 +267,15 @@ def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixel
                        str(max_pixels), engine, str(max_pages), str(max_repairs)])
     return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
 
-def _store_render(d: Path, res: RenderResult, pdf) -> None:
-    "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically)."
+def _store_render(d: Path, res: RenderResult, pdf, keep: bool = True) -> None:
+    "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically). `keep=False`: the files only (as `uncached.*`, replaced by the next try), no result: the next call renders again."
     d.mkdir(parents=True, exist_ok=True)
-    if pdf is not None: res.pdf = str(d / 'paper.pdf'); shutil.copyfile(pdf, res.pdf)
+    stem = 'paper' if keep else 'uncached'
+    if pdf is not None: res.pdf = str(d / f'{stem}.pdf'); shutil.copyfile(pdf, res.pdf)
     sync = Path(pdf).with_suffix('.synctex.gz') if pdf is not None else None
     if res.path in OWN_LATEX_PATHS and sync is not None and sync.exists():
-        res.synctex = str(d / 'paper.synctex.gz'); shutil.copyfile(sync, res.synctex)
-    atomic_write_json(d / 'result.json', res.to_dict())
+        res.synctex = str(d / f'{stem}.synctex.gz'); shutil.copyfile(sync, res.synctex)
+    if keep: atomic_write_json(d / 'result.json', res.to_dict())
 
 # %% ../../nbs/02_pages/04_render.ipynb #5d7d9dd0
 def _compile_own(root: Path, main_file: str, out_dir, timeout: float, engine: str, max_repairs: int, warns: list) -> tuple:
@@ -321,6 +323,28 @@ def _compile_fallback(paper: Paper, out_dir, timeout: float, warns: list) -> tup
         warns.append(f'fallback strategy {strategy!r} failed: {(tex_errors(flog) or ["no PDF"])[0][:200]}')
     return pdf, 'failed'
 
+# %% ../../nbs/02_pages/04_render.ipynb #ade20397
+_DEADLINE_WARNINGS = ('real compile failed: timed out', 'repair stopped: the repaired compile timed out',
+                      'repair stopped: no time left', 'render deadline passed')
+
+def _deadline_hit(warns) -> bool:
+    "Do `render_paper`'s warnings say a deadline stopped a step: a tool killed at its timeout, or no time left for the next step?"
+    return any(w.startswith(_DEADLINE_WARNINGS) or (w.startswith(('compiled PDF is unreadable', 'rasterizing failed'))
+                                                     and ('killed after' in w or 'deadline' in w)) for w in warns)
+
+def _retry(hit: RenderResult, timeout: float) -> bool:
+    "Render again instead of returning the cached `hit`? When a deadline was hit (whatever its path) and `timeout` is longer."
+    return (hit.timed_out or _deadline_hit(hit.warnings)) and timeout > (hit.timeout or 0)
+
+def _unvouched(killed, timed_out: bool) -> str:
+    "Why a render must not be cached ('' when it may): a tool starved by load among `killed`, or a deadline hit that no killed tool accounts for."
+    starved = [k for k in killed if k.starved]
+    if starved: return (f"{'; '.join(k.describe() for k in starved)}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, "
+                        'so a busy machine may have stopped it')
+    if timed_out and not killed:
+        return 'a deadline passed between tool runs, and no tool killed at its timeout shows by its CPU time that the machine was not busy'
+    return ''
+
 # %% ../../nbs/02_pages/04_render.ipynb #23abd0dc
 def _page_cap(max_pages) -> int | None:
     "The page cap for `max_pages`: `DEFAULT_MAX_PAGES` for None, no cap (None) for 0."
@@ -331,7 +355,7 @@ def _page_cap(max_pages) -> int | None:
 
 def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 120,
                  engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
-    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too."
+    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too, but no result a busy machine may have shaped."
     t0 = time.time(); deadline = time.monotonic() + timeout
     left = lambda: deadline - time.monotonic()
     paper, cap = _as_paper(paper_or_src), _page_cap(max_pages)
@@ -340,31 +364,34 @@ def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=N
     have_src = bool(paper.main_file) and (root / paper.main_file).is_file()
     d = _render_dir(cache, paper, root, have_src, max_pixels, engine, max_pages, max_repairs)
     hit = _load_cached(d)
-    if hit and not (hit.path == 'failed' and hit.timed_out and timeout > (hit.timeout or 0)): return hit
+    if hit and not _retry(hit, timeout): return hit
     warns, log_tail, pdf, repairs, n_pdf = [], '', None, [], None
     if not (shutil.which(engine) and shutil.which('pdftoppm')):     # about this machine: not cached
         return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed'], seconds=time.time() - t0)
     tmp_out = Path(tempfile.mkdtemp(prefix='docbench-render-'))
     try:
-        if have_src: pdf, log_tail, repairs = _compile_own(root, paper.main_file, tmp_out, timeout * (1 - FALLBACK_RESERVE),
-                                                           engine, max_repairs, warns)
-        else: warns.append(f'no main file in {root}: using the fallback')
-        if pdf is not None and (n_pdf := _has_pages(pdf, warns, max(1.0, left()))): path = 'repaired' if repairs else 'compiled'
-        else:
-            repairs = []
-            pdf, path = _compile_fallback(paper, tmp_out, left(), warns)
-            n_pdf = _has_pages(pdf, warns, max(1.0, left())) if pdf is not None else None
-        pages = []
-        if pdf is not None:
-            if cap and n_pdf and n_pdf > cap: warns.append(f'rendered the first {cap} of {n_pdf} pages (max_pages={cap})')
-            try:
-                if left() <= 0: raise AssetError(pdf, f'render deadline of {timeout:g}s passed before rasterizing', 'pdf')
-                pages = render_pages(pdf, max_pixels=max_pixels, last=cap, timeout=left(), cache_dir=cache)
-            except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
-        timed_out = path == 'failed' and any(x in w for w in warns for x in ('timed out', 'deadline', 'killed after', 'TIMEOUT'))
+        with tool_timeouts() as killed:                             # every tool killed at its deadline, with its CPU time
+            if have_src: pdf, log_tail, repairs = _compile_own(root, paper.main_file, tmp_out, timeout * (1 - FALLBACK_RESERVE),
+                                                               engine, max_repairs, warns)
+            else: warns.append(f'no main file in {root}: using the fallback')
+            if pdf is not None and (n_pdf := _has_pages(pdf, warns, max(1.0, left()))): path = 'repaired' if repairs else 'compiled'
+            else:
+                repairs = []
+                pdf, path = _compile_fallback(paper, tmp_out, left(), warns)
+                n_pdf = _has_pages(pdf, warns, max(1.0, left())) if pdf is not None else None
+            pages = []
+            if pdf is not None:
+                if cap and n_pdf and n_pdf > cap: warns.append(f'rendered the first {cap} of {n_pdf} pages (max_pages={cap})')
+                try:
+                    if left() <= 0: raise AssetError(pdf, f'render deadline of {timeout:g}s passed before rasterizing', 'pdf')
+                    pages = render_pages(pdf, max_pixels=max_pixels, last=cap, timeout=left(), cache_dir=cache)
+                except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
+        timed_out = bool(killed) or _deadline_hit(warns)
+        why = _unvouched(killed, timed_out)                          # see "Which results are cached"
+        if why: warns.append(f'{why}: not cached; it is tried again on the next run')
         res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs,
                            n_pages_pdf=n_pdf, max_pages=cap, timeout=timeout, timed_out=timed_out)
-        _store_render(d, res, pdf if path != 'failed' else None)
+        _store_render(d, res, pdf if path != 'failed' else None, keep=not why)
         return res
     finally: shutil.rmtree(tmp_out, ignore_errors=True)
 
