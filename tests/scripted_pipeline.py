@@ -17,5 +17,7 @@ def reply(req):
     elif 'You rephrase' in sys_: a = {'rephrasing': f"Level {1 + ('new wording' in user) + ('Restructure' in user)} of: {q}"}
     elif 'You compare two questions' in sys_: a = {'same_meaning': True, 'same_answer': True}
     elif 'judge whether a passage' in sys_: a = {'answers': False}
+    elif 'You answer questions' in sys_: a = {'answer': 'that one'}        # the answer check's blind reader
+    elif 'You compare two answers' in sys_: a = {'match': True}
     else: a = {'unexpected': True}                 # no schema accepts it: a prompt the script does not know fails loudly
     return {'content': json.dumps(a), 'usage': dict(USAGE)}

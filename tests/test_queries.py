@@ -220,7 +220,8 @@ def test_end_to_end_real_backend_resumes_with_zero_calls(papers, tmp_path):
         st = tmp_path / 'out' / 'stages' / 'rephrase.jsonl'
         lines = st.read_text().splitlines(True)
         st.write_text(''.join(lines[:len(lines) // 2]) + lines[-1][:30])
-        (tmp_path / 'out' / 'stages' / 'false_negative.jsonl').unlink(missing_ok=True)
+        for f in ('false_negative.jsonl', 'false_negative_calls.jsonl'):     # the stage's records and its kept calls lost
+            (tmp_path / 'out' / 'stages' / f).unlink(missing_ok=True)
         llm3 = make_llm(spec, cache_dir=tmp_path / 'c')
         res3 = build_queries(None, llm3, tmp_path / 'out', per_paper=1, bm25_k=0, papers=ps, cache_dir=tmp_path / 'c')
         assert srv.n_calls == n                                               # nothing recomputed by the model

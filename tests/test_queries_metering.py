@@ -7,7 +7,7 @@ from docbench_nb.demo import demo_corpus_dir
 from docbench_nb.latex.corpus import load_papers
 from docbench_nb.llm import LocalLLM, make_llm
 from docbench_nb.testing import ScriptedChatServer
-from docbench_nb.queries.build import build_queries
+from docbench_nb.queries.build import BUILD_STAGES, build_queries
 from docbench_nb.queries.selection import BudgetExceeded, estimate_calls
 from docbench_nb.queries.llm_stages import fenced_text, generation_prompt
 from docbench_nb.queries.evidence import extract_evidence
@@ -80,3 +80,40 @@ def test_budget_stop_inside_rephrase_resumes_without_repeating_calls(papers, tmp
     assert n_stop + n_resume == n_full                         # none asked twice
     same = lambda out: [{k: v for k, v in json.loads(l).items()} for l in (tmp_path / out / 'queries.jsonl').read_text().splitlines()]
     assert same('run') == same('full') and len(same('full')) == 2
+
+@pytest.fixture(scope='module')
+def papers3(tmp_path_factory):
+    "Three papers: every query has two other papers for the false-negative judge (two calls a query, a stop can fall between)."
+    cache = tmp_path_factory.mktemp('meter-cache3')
+    ps, errors = load_papers([demo_corpus_dir() / p for p in PAPERS + ('coiled-metamaterial-absorber',)], cache_dir=cache, progress=False)
+    assert len(ps) == 3, errors
+    return ps, cache
+
+@pytest.mark.parametrize('stage', ['answer_check', 'false_negative'])
+def test_budget_stop_inside_answer_check_or_false_negative_resumes_without_repeating_calls(papers3, tmp_path, stage):
+    """A budget stop between the first query's two calls of `stage` (the blind answer and its comparison; the judge on two
+    other papers); the rerun (a fresh LLM cache: only the stage store can save calls) asks only the calls not yet made."""
+    ps, cache = papers3
+    with ScriptedChatServer(default=reply) as srv:
+        def run(out, llm_cache, budget=None):
+            llm = make_llm(f'openai:scripted@{srv.base_url}?concurrency=1&max_retries=0', cache_dir=tmp_path / llm_cache)
+            return build_queries(None, llm, tmp_path / out, types=('text',), per_paper=1, bm25_k=0, papers=ps, cache_dir=cache,
+                                 top_n=3, answer_check=True, budget=budget)
+        full = run('full', 'l0')
+        n_full = srv.n_calls
+        first = json.loads((tmp_path / 'full' / 'stages' / f'{stage}.jsonl').read_text().splitlines()[0])
+        assert (first['output']['blind_answer'] if stage == 'answer_check' else len(first['input']['candidates']) == 2)
+        spent = full['attrition']['spent']
+        before = sum(m['prompt_tokens'] + m['completion_tokens'] for s in BUILD_STAGES[:BUILD_STAGES.index(stage)] for m in spent.get(s, {}).values())
+        # the stage's first call is let through (60 tokens); its second finds the budget spent
+        with pytest.raises(BudgetExceeded, match=f'in stage {stage}'): run('run', 'l1', budget=before + 30)
+        n_stop = srv.n_calls - n_full
+        b = json.loads((tmp_path / 'run' / 'budget.json').read_text())
+        assert (b['stopped_in'], sum(m['calls'] for m in b['spent_by_stage'][stage].values())) == (stage, 1)
+        assert len((tmp_path / 'run' / 'stages' / f'{stage}_calls.jsonl').read_text().splitlines()) == 1   # the paid call, kept
+        run('run', 'l2')
+        n_resume = srv.n_calls - n_full - n_stop
+    assert n_stop + n_resume == n_full                         # none asked twice
+    assert n_full == 3 * (4 + 2 + 6 + 2)                       # generate..naturalize, answer check, rephrase, false negatives
+    lines = lambda out: (tmp_path / out / 'queries.jsonl').read_text().splitlines()
+    assert lines('run') == lines('full') and len(lines('full')) == 3

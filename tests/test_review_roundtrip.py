@@ -204,6 +204,37 @@ def test_review_subcommands(build, tmp_path):
     assert 'Second reviewer\'s sample: 5 of' in card and 'Reviewers: ana' in card and '2 edited queries have level 0 only' in card
 
 
+
+def test_import_review_recheck_sends_and_records_a_prompts_folder(build, tmp_path, capsys):
+    """`import-review --llm` with `--prompts` and `--language`: the re-check sends the folder's text, `review.json` and the
+    card record the hash of each prompt sent; a folder lacking a re-check prompt is refused by name before any request."""
+    from docbench_nb.cli import main
+    from docbench_nb.queries.llm_stages import load_prompts, stage_prompts, write_prompts
+    out, ids, srv = build['dir'], build['ids'], build['srv']
+    b = tmp_path / 'b'; shutil.copytree(out, b, ignore=shutil.ignore_patterns('stages', 'review*.json', 'second_review', CARD_FILE))
+    folder = tmp_path / 'prompts'; write_prompts(folder)
+    r1 = folder / 'rephrase_1.txt'
+    r1.write_text(r1.read_text().replace('Make minor changes', 'Make minor changes, as a notary would'))
+    dec = _reviewer_a(ids, tmp_path / 'a.csv')
+    cli = lambda *a: main(['-q', '--cache-dir', str(tmp_path / 'cache'), 'queries', 'import-review', '--queries', str(b / 'queries.jsonl'),
+                           '--decisions', str(dec), '--llm', f'openai:gen@{srv.base_url}', '--judge', f'openai:judge@{srv.base_url}', *map(str, a)])
+    k0 = len(srv.requests)
+    assert cli('--out', b / 'rechecked.jsonl', '--prompts', folder, '--language', 'French') == 0
+    sent = [r['json']['messages'] for r in srv.requests[k0:]]
+    reph = [m for m in sent if '"rephrasing"' in m[-1]['content']]
+    assert len(sent) == 2 + 6 and len(reph) == 3 and all('Write in French.' in m[0]['content'] for m in reph)
+    assert sum('as a notary would' in m[-1]['content'] for m in reph) == 1            # level 1 of the one edit that passed
+    want = load_prompts(folder, language='French')
+    rc = json.loads((b / 'review.json').read_text())['recheck']
+    assert {n: h['hash'] for n, h in rc['prompts'].items()} == {n: want[n].text_key for n in stage_prompts('verify', 'rephrase')}
+    assert (rc['language'], rc['prompts_dir']) == ('French', str(folder.resolve()))
+    card = (b / CARD_FILE).read_text()
+    assert 'Re-check prompts (scientific paper, French, from' in card and want['rephrase_1'].text_key in card
+    (folder / 'rephrase_check.txt').unlink()
+    n = srv.n_calls; capsys.readouterr()
+    assert cli('--out', b / 'again.jsonl', '--prompts', folder) != 0
+    assert 'rephrase_check.txt is missing' in capsys.readouterr().err and srv.n_calls == n and not (b / 'again.jsonl').exists()
+
 @pytest.mark.skipif(CHROMIUM is None, reason='chromium not installed')
 def test_sheet_download_keeps_note_and_reviewer_in_a_browser(build, tmp_path):
     "The second reviewer's sheet in headless Chromium: no download without a reviewer id or with an undecided card; then the CSV reads back."

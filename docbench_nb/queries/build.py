@@ -14,12 +14,12 @@ from .evidence import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES,
 from .bm25_filter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
 from .llm_stages import (_fp, _workers, generate_stage, decontextualize_stage, verify_stage, naturalize_stage, rephrase_stage,
                               false_negative_stage, answer_check_stage, DEFAULT_DOMAIN, DEFAULT_LANGUAGE,
-                              load_prompts, needed_prompts, use_prompts, write_prompts)
+                              add_prompt_options, load_prompts, needed_prompts, stage_prompts, use_prompts, write_prompts)
 from .selection import (BudgetExceeded, Metered, TokenMeter, dedup_stage, estimate_calls, evidence_per_paper,
                                            parse_quota, parse_round_trip, round_trip_stage, select_stage, token_counter)
 from .review import (STAGES, attrition, attrition_table, review_html, write_attrition, add_review_commands,
                                         decisions_csv)
-from .card import write_dataset_card, prompt_hashes
+from .card import write_dataset_card, prompt_hashes, prompt_record
 from .calibration import JUDGED_STAGES, JudgeAccuracyError, calibrate, calibration_table, judge_problem
 
 # %% auto #0
@@ -270,25 +270,34 @@ def _write_records(recs, out_file):
     atomic_write(p, ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in recs))
     return str(p)
 
-def rephrase_queries(queries_file, llm, out_file, retries: int = 1, on_fail: str = 'drop', store_dir=None, judge=None) -> dict:
-    "Rephrase every query of `queries_file` at levels 1-3 (each checked by `judge`, default `llm`); write them to `out_file`."
-    drafts = read_query_records(queries_file)
-    store = StageStore(store_dir) if store_dir else None
-    kept, recs = rephrase_stage(drafts, llm, store, retries=retries, on_fail=on_fail, judge=judge)
-    write_query_records(kept, out_file)
-    return {'n_in': len(drafts), 'n_out': len(kept), 'out_file': str(out_file), 'records_file': _write_records(recs, out_file)}
+def rephrase_queries(queries_file, llm, out_file, retries: int = 1, on_fail: str = 'drop', store_dir=None, judge=None,
+                     prompts=None, domain: str = DEFAULT_DOMAIN, language: str = DEFAULT_LANGUAGE) -> dict:
+    """Rephrase every query of `queries_file` at levels 1-3 (each checked by `judge`, default `llm`); write them to `out_file`.
+    `prompts`, `domain`, `language` as for `build_queries` (a folder lacking a rephrasing prompt is refused before any call);
+    the summary records the hash of each prompt sent."""
+    needed = stage_prompts('rephrase')
+    with use_prompts(load_prompts(prompts, domain, language, needed=needed)):
+        drafts = read_query_records(queries_file)
+        store = StageStore(store_dir) if store_dir else None
+        kept, recs = rephrase_stage(drafts, llm, store, retries=retries, on_fail=on_fail, judge=judge)
+        write_query_records(kept, out_file)
+        return {'n_in': len(drafts), 'n_out': len(kept), 'out_file': str(out_file), 'records_file': _write_records(recs, out_file),
+                **prompt_record(needed, prompts, domain, language)}
 
 def check_false_negatives(corpus, queries_file, llm, out_file, top_n: int = 5, drop_ambiguous: bool = False,
-                          cache_dir=None, papers=None, store_dir=None, fn: Optional[str] = None) -> dict:
-    "Judge, for each query of `queries_file`, whether the other top-`top_n` BM25 papers answer it; flag, drop or add as graded qrels (`fn`)."
-    fn = fn_mode(fn, drop_ambiguous)
-    drafts = read_query_records(queries_file)
-    index = build_corpus_index(_papers(corpus, cache_dir, papers), cache_dir=cache_dir)
-    kept, recs = false_negative_stage(drafts, index, llm, StageStore(store_dir) if store_dir else None, top_n=top_n,
-                                      drop_ambiguous=fn == 'drop')
-    write_final_queries(kept, out_file, fn)
-    return {'n_in': len(drafts), 'n_out': len(kept), 'n_ambiguous': sum('ambiguous' in d.flags for d in kept),
-            'out_file': str(out_file), 'records_file': _write_records(recs, out_file)}
+                          cache_dir=None, papers=None, store_dir=None, fn: Optional[str] = None, prompts=None,
+                          domain: str = DEFAULT_DOMAIN, language: str = DEFAULT_LANGUAGE) -> dict:
+    """Judge, for each query of `queries_file`, whether the other top-`top_n` BM25 papers answer it; flag, drop or add as
+    graded qrels (`fn`). `prompts`, `domain`, `language` as for `build_queries`; the summary records the prompt's hash."""
+    fn, needed = fn_mode(fn, drop_ambiguous), stage_prompts('false_negative')
+    with use_prompts(load_prompts(prompts, domain, language, needed=needed)):
+        drafts = read_query_records(queries_file)
+        index = build_corpus_index(_papers(corpus, cache_dir, papers), cache_dir=cache_dir)
+        kept, recs = false_negative_stage(drafts, index, llm, StageStore(store_dir) if store_dir else None, top_n=top_n,
+                                          drop_ambiguous=fn == 'drop')
+        write_final_queries(kept, out_file, fn)
+        return {'n_in': len(drafts), 'n_out': len(kept), 'n_ambiguous': sum('ambiguous' in d.flags for d in kept),
+                'out_file': str(out_file), 'records_file': _write_records(recs, out_file), **prompt_record(needed, prompts, domain, language)}
 
 # %% ../../nbs/05_queries/05_build.ipynb #115c07b9
 def _make_llm(args, which: str = 'llm'):
@@ -337,22 +346,26 @@ def _cmd_prompts(args):
 
 def _cmd_filter(args):
     return _say(args, filter_queries(args.corpus, args.queries, args.k, args.out, getattr(args, 'cache_dir', None)))
+def _prompt_args(args) -> dict: return {'prompts': args.prompts, 'domain': args.domain, 'language': args.language}
 def _cmd_rephrase(args):
     return _say(args, rephrase_queries(args.queries, _make_llm(args), args.out, retries=args.retries, on_fail=args.on_fail,
-                                       judge=_make_llm(args, 'judge')))
+                                       judge=_make_llm(args, 'judge'), **_prompt_args(args)))
 def _cmd_check_fn(args):
     return _say(args, check_false_negatives(args.corpus, args.queries, _make_llm(args), args.out, args.top_n, args.drop_ambiguous,
-                                            getattr(args, 'cache_dir', None), fn=args.fn_mode))
+                                            getattr(args, 'cache_dir', None), fn=args.fn_mode, **_prompt_args(args)))
 
 def _cmd_calibrate(args):
     stages = tuple(s.strip() for s in args.stages.split(',') if s.strip())
-    res = calibrate(_make_llm(args), stages, cache_dir=getattr(args, 'cache_dir', None), per_class=args.per_class,
-                    injected=not args.no_injected, progress=not getattr(args, 'quiet', False))
+    pset = load_prompts(args.prompts, args.domain, args.language, needed=[s for s in stages if s in JUDGED_STAGES])
+    with use_prompts(pset):              # the judged prompts; their hashes are in the result (`prompts`) and the table
+        res = calibrate(_make_llm(args), stages, cache_dir=getattr(args, 'cache_dir', None), per_class=args.per_class,
+                        injected=not args.no_injected, progress=not getattr(args, 'quiet', False))
     table = calibration_table(res)
     print(table)
     if args.out:
         cmd = f"docbench queries calibrate --llm {args.llm} --stages {args.stages}" + (f" --per-class {args.per_class}" if args.per_class else '') + \
-              (' --no-injected' if args.no_injected else '')
+              (' --no-injected' if args.no_injected else '') + (f" --prompts {args.prompts}" if args.prompts else '') + \
+              (f" --domain '{args.domain}'" if args.domain != DEFAULT_DOMAIN else '') + (f" --language '{args.language}'" if args.language != DEFAULT_LANGUAGE else '')
         atomic_write(args.out, f"{table}\nCommand: `{cmd}` ({res['seconds']} s{', cached' if res['cached'] else ''})\n" if str(args.out).endswith('.md')
                      else json.dumps(res, indent=1, ensure_ascii=False))
     if args.min_judge_accuracy is not None and (why := judge_problem(res, args.min_judge_accuracy)):
@@ -396,10 +409,7 @@ def add_queries_parser(sub):
                    '(upper bounds), with no model call')
     b.add_argument('--budget', type=int, default=None, metavar='TOKENS', help='stop cleanly (exit 3) once this run has spent TOKENS '
                    'tokens (cache hits free); a rerun with a larger budget resumes')
-    b.add_argument('--prompts', default=None, metavar='DIR', help='prompt templates NAME.txt (`docbench queries prompts --out DIR` '
-                   'writes the package\'s to edit); a template the build needs and DIR lacks is refused')
-    b.add_argument('--domain', default=DEFAULT_DOMAIN, help='what the documents are, filled into the prompts (default: %(default)s)')
-    b.add_argument('--language', default=DEFAULT_LANGUAGE, help='the language queries are written in (default: %(default)s)')
+    add_prompt_options(b, 'the build')
     b.add_argument('--out', default='queries_out', help='output folder; a rerun resumes from what it holds')
     b.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='drop',
                    help='a query whose rephrasing fails: dropped, or kept with the levels that passed (flagged)')
@@ -421,6 +431,7 @@ def add_queries_parser(sub):
     r.add_argument('--retries', type=int, default=1, help='new attempts for a rephrasing that fails its check')
     r.add_argument('--on-fail', choices=('drop', 'keep'), default='drop', help='a query whose rephrasing still fails: dropped, or kept (flagged)')
     r.add_argument('--judge', default=None, help='chat model for the same-meaning checks (default: --llm)')
+    add_prompt_options(r, 'rephrasing')
     r.set_defaults(fn=_cmd_rephrase)
     c = qs.add_parser('check-fn', help='false-negative check: do other retrieved papers answer the query?')
     c.add_argument('--corpus', required=True, help='a folder of paper sources'); c.add_argument('--queries', required=True, help='query file (JSONL)')
@@ -430,6 +441,7 @@ def add_queries_parser(sub):
     c.add_argument('--drop-ambiguous', action='store_true', help='the same as --fn drop')
     c.add_argument('--fn', dest='fn_mode', choices=FN_MODES, default=None, help='keep-flag (default), drop, or add-qrels (gold grade 2, '
                    'papers that also answer grade 1)')
+    add_prompt_options(c, 'the check')
     c.set_defaults(fn=_cmd_check_fn)
     pr = qs.add_parser('prompts', help="write the package's prompt templates to a folder, to edit and pass to build --prompts",
                        epilog='examples:\n  docbench queries prompts --out prompts/\n  docbench queries build --corpus papers/ --llm local '
@@ -445,5 +457,6 @@ def add_queries_parser(sub):
     k.add_argument('--per-class', type=int, default=None, metavar='N', help='only the first N topics of every class (a quick subset)')
     k.add_argument('--no-injected', action='store_true', help='skip the injected copies (no flip rate)')
     k.add_argument('--min-judge-accuracy', type=float, default=None, metavar='A', help='exit 1 if the balanced accuracy of a stage is below A')
+    add_prompt_options(k, 'a judged stage')
     k.set_defaults(fn=_cmd_calibrate)
     return qp

@@ -279,7 +279,8 @@ def calibrate(llm, stages=JUDGED_STAGES, cache_dir=None, per_class: Optional[int
 def _f(x) -> str: return '—' if x is None else f'{x:.2f}'
 
 def calibration_table(res: dict) -> str:
-    "The calibration result as a Markdown table: per stage (`all`) and per label, n, share right, balanced accuracy clean and injected, flip rate."
+    """The calibration result as a Markdown table: per stage (`all`) and per label, n, share right, balanced accuracy clean
+    and injected, flip rate; then the hash of each judged prompt sent (`Prompt.text_key`: edited prompts are another judge)."""
     lines = [f"Judge `{res['llm']}` ({res['fingerprint']}), calibration {res['version']}: {res['n_items']} items"
              + (f", first {res['per_class']} topic(s) per class" if res.get('per_class') else '') + '.', '',
              '| stage | label | n | correct | balanced accuracy | injected bal. acc. | flip rate | label named |',
@@ -292,6 +293,7 @@ def calibration_table(res: dict) -> str:
                          f"{_f(r['injected_balanced_accuracy'])} | {_f(r['flip_rate'])} | {_f(r.get('label_named')) if 'label_named' in r else ''} |")
     flips = [s['flip_rate'] for s in res['stages'].values() if s['flip_rate'] is not None]
     if flips: lines += ['', f"Injection flip rate over all judged items: {sum(s['flip_rate'] * s['n'] for s in res['stages'].values() if s['flip_rate'] is not None) / sum(s['n'] for s in res['stages'].values() if s['flip_rate'] is not None):.2f}."]
+    if res.get('prompts'): lines += ['', 'Prompts sent (`Prompt.text_key`): ' + ', '.join(f'{s} `{k}`' for s, k in res['prompts'].items()) + '.']
     return '\n'.join(lines) + '\n'
 
 class JudgeAccuracyError(ValueError):

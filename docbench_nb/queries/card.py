@@ -13,8 +13,8 @@ from . import llm_stages
 from .llm_stages import Prompt
 
 # %% auto #0
-__all__ = ['CARD_FILE', 'REVIEW_SUMMARY', 'REVIEW_AGREEMENT', 'default_prompts', 'prompt_hashes', 'agreement_table',
-           'dataset_card', 'write_dataset_card']
+__all__ = ['CARD_FILE', 'REVIEW_SUMMARY', 'REVIEW_AGREEMENT', 'default_prompts', 'prompt_hashes', 'prompt_record',
+           'agreement_table', 'dataset_card', 'write_dataset_card']
 
 # %% ../../nbs/05_queries/03a_card.ipynb #53f3f121
 CARD_FILE = 'dataset_card.md'
@@ -31,6 +31,12 @@ def prompt_hashes(prompts: Optional[dict] = None) -> dict:
     prompts = default_prompts() if prompts is None else prompts
     return {n: ({'version': p.version, 'hash': p.text_key} if isinstance(p, Prompt) else dict(p) if isinstance(p, dict) else {'hash': str(p)})
             for n, p in prompts.items()}
+
+# %% ../../nbs/05_queries/03a_card.ipynb #63067ad5
+def prompt_record(names, folder=None, domain: str = llm_stages.DEFAULT_DOMAIN, language: str = llm_stages.DEFAULT_LANGUAGE) -> dict:
+    "`{'prompts': {name: {version, hash}}, 'domain', 'language', 'prompts_dir'}` of the prompts `names` in use now (`llm_stages.use_prompts`)."
+    return {'prompts': prompt_hashes({n: llm_stages.prompt(n) for n in names}), 'domain': domain, 'language': language,
+            'prompts_dir': str(Path(folder).resolve()) if folder else None}
 
 # %% ../../nbs/05_queries/03a_card.ipynb #90f8ff6f
 def _read_json(p) -> Optional[dict]:
@@ -170,6 +176,9 @@ def _card_review(out: Path) -> list:
         rc = r.get('recheck')
         if rc: L.append(f"- Edited queries re-checked by `{rc['judge']}` (verify) and `{rc['llm']}` (rephrase): {rc['n']} edited, "
                         f"{len(rc['verify_failed'])} failed verification, {rc['rephrased']} rephrased at all three levels.")
+        if rc and rc.get('prompts'):
+            L.append(f"- Re-check prompts ({rc.get('domain')}, {rc.get('language')}" + (f", from `{rc['prompts_dir']}`" if rc.get('prompts_dir') else '')
+                     + '): ' + ', '.join(f"`{k}` `{v.get('hash')}`" for k, v in rc['prompts'].items()) + '.')
         if r['needs_rephrase']: L.append(f"- {r['needs_rephrase']} edited queries have level 0 only (flagged `needs_rephrase`): not verified or rephrased again.")
     L += ['', '## Reviewer agreement', '']
     a, s = _read_json(out / REVIEW_AGREEMENT), _read_json(out / 'second_review' / 'sample.json')

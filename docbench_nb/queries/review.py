@@ -11,8 +11,9 @@ from ..cache import atomic_write, atomic_write_json, short_repr
 from ..evaluation.formats import checked_file, read_limits, READ_LIMITS
 from .evidence import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES, read_query_records,
                                           write_query_records)
-from .llm_stages import verify_stage, rephrase_stage
-from .card import REVIEW_SUMMARY, REVIEW_AGREEMENT, agreement_table, write_dataset_card
+from .llm_stages import (verify_stage, rephrase_stage, DEFAULT_DOMAIN, DEFAULT_LANGUAGE, add_prompt_options,
+                                            load_prompts, stage_prompts, use_prompts)
+from .card import REVIEW_SUMMARY, REVIEW_AGREEMENT, agreement_table, prompt_record, write_dataset_card
 
 # %% auto #0
 __all__ = ['STAGES', 'DECISION_COLUMNS', 'DECISIONS', 'DECISIONS_FILE_BYTES', 'attrition', 'attrition_table', 'plot_attrition',
@@ -351,20 +352,27 @@ def _raw_records(queries_file) -> dict:
     return out
 
 def import_review(queries_file, decisions_file, out_file, llm=None, judge=None, evidence=None, reviewer: Optional[str] = None,
-                  store_dir=None, on_verify_fail: str = 'drop', on_rephrase_fail: str = 'keep', retries: int = 1, card_dir=None) -> dict:
+                  store_dir=None, on_verify_fail: str = 'drop', on_rephrase_fail: str = 'keep', retries: int = 1, card_dir=None,
+                  prompts=None, domain: str = DEFAULT_DOMAIN, language: str = DEFAULT_LANGUAGE) -> dict:
     """Apply a decisions file (CSV/JSONL) to a query file; write the kept (and edited) queries to `out_file`, each with its
     `review` (decision, reviewer, note), and every decision record to `OUT.records.jsonl`. `reviewer`: the id of rows
     without one. With `llm` (and `judge`), edited queries are verified and rephrased again (`recheck_edits`); without,
     they keep level 0 only, flagged `needs_rephrase`. `card_dir` (default: the query file's folder when it is a build
-    folder, with an `attrition.json`; False: none): where `review.json` and the dataset card are written."""
+    folder, with an `attrition.json`; False: none): where `review.json` and the dataset card are written. `prompts`
+    (a folder, `llm_stages.load_prompts`), `domain`, `language`: the prompts the re-check sends, recorded with it; a folder
+    lacking one it needs is refused before anything is read."""
+    needed = stage_prompts('verify', 'rephrase') if llm is not None else []
+    pset = load_prompts(prompts, domain, language, needed=needed)
     drafts = read_query_records(queries_file)
     kept, recs = apply_decisions(drafts, read_decisions(decisions_file, reviewer=reviewer), source=str(decisions_file))
     raw, stage_recs, recheck = _raw_records(queries_file), [], None
     prev = {q: d['review'] for q, d in raw.items() if isinstance(d.get('review'), dict)}
     info = {r.item_id: prev[r.item_id] if r.input.get('default') and r.item_id in prev else _info(r) for r in recs}
     if llm is not None:
-        kept, stage_recs, recheck = recheck_edits(kept, llm, judge, load_evidence(evidence, queries_file), StageStore(store_dir) if store_dir else None,
-                                                  on_verify_fail, on_rephrase_fail, retries)
+        with use_prompts(pset):
+            kept, stage_recs, recheck = recheck_edits(kept, llm, judge, load_evidence(evidence, queries_file), StageStore(store_dir) if store_dir else None,
+                                                      on_verify_fail, on_rephrase_fail, retries)
+            recheck.update(prompt_record(needed, prompts, domain, language))
     atomic_write(out_file, ''.join(json.dumps({**raw.get(d.id, {}), **d.to_record(), 'review': info[d.id]}, ensure_ascii=False) + '\n' for d in kept))
     rec_file = Path(str(out_file) + '.records.jsonl')
     atomic_write(rec_file, ''.join(json.dumps(r.to_dict(), ensure_ascii=False) + '\n' for r in list(recs) + list(stage_recs)))
@@ -439,7 +447,8 @@ def _show(args, obj) -> int:
 def _cmd_import_review(args):
     res = import_review(args.queries, args.decisions, args.out, llm=_llm(args.llm, args), judge=_llm(args.judge, args), evidence=args.evidence,
                         reviewer=args.reviewer, on_verify_fail=args.on_verify_fail, on_rephrase_fail=args.on_rephrase_fail,
-                        retries=args.retries, card_dir=False if args.no_card else args.card_dir)
+                        retries=args.retries, card_dir=False if args.no_card else args.card_dir, prompts=args.prompts,
+                        domain=args.domain, language=args.language)
     if res['needs_rephrase']:
         print(f"docbench queries import-review: {res['needs_rephrase']} edited quer{'y keeps' if res['needs_rephrase'] == 1 else 'ies keep'} level 0 only "
               "(flagged needs_rephrase); rerun with --llm to verify and rephrase them again", file=sys.stderr)
@@ -478,6 +487,7 @@ def add_review_commands(qs):
     i.add_argument('--on-verify-fail', choices=('drop', 'keep'), default='drop', help='an edited query the judge rejects: dropped, or kept (flagged reverify_failed)')
     i.add_argument('--on-rephrase-fail', choices=('drop', 'keep'), default='keep', help='an edited query whose rephrasing fails: kept with the levels that passed (flagged), or dropped')
     i.add_argument('--retries', type=int, default=1, help='new attempts for a rephrasing that fails its check')
+    add_prompt_options(i, 'the re-check (with --llm)')
     i.add_argument('--card-dir', default=None, help='build folder to write review.json and the dataset card into (default: the folder of --queries, when it is a build folder)')
     i.add_argument('--no-card', action='store_true', help='write neither review.json nor the dataset card')
     i.epilog = ('examples:\n  docbench queries import-review --queries qset/queries.jsonl --decisions decisions.csv --reviewer ana --out qset/final.jsonl\n'
