@@ -103,3 +103,26 @@ def test_graded_judgments_survive_export_and_import(tmp_path):
     assert {q.id: q.judgments() for q in got} == {'q1': {'a#p1': 2, 'a#p2': 1}, 'q2': {'a#p3': 1}}
     _, got, _ = import_beir(tmp_path / 'ds', content='text', level='paper')
     assert {q.id: q.judgments() for q in got} == {'q1': {'a': 2}, 'q2': {'a': 1}}
+
+
+def test_export_from_a_corpus_holds_a_batch_of_papers_and_writes_the_same_dataset(exported, shared_dir, tmp_path, monkeypatch):
+    "From a corpus folder, the export parses, maps, renders and writes a batch of papers at a time; the files are the same."
+    import docbench_nb.evaluation.export as ex
+    import pyarrow.parquet as pq
+    papers, maps, qfile, out, s = exported
+    corpus = tmp_path / 'corpus'; corpus.mkdir()
+    for i in IDS: (corpus / i).symlink_to(shared_dir / 'corpus' / 'papers' / i, target_is_directory=True)
+    monkeypatch.setattr(ex, 'EXPORT_BATCH', 1)
+    held, real = [], ex.load_papers
+    monkeypatch.setattr(ex, 'load_papers', lambda srcs, **kw: (held.append(len(srcs)), real(srcs, **kw))[1])
+    out2 = tmp_path / 'streamed'
+    s2 = export_benchmark(str(corpus), qfile, out2)
+    gold = len({json.loads(l)['doc_id'] for l in open(qfile)})
+    assert held == [1] * len(IDS) + [gold] + [1] * len(IDS) * 2, held   # parse; the gold papers' maps; pages; papers
+    assert {k: v for k, v in s2.items() if k != 'out'} == {k: v for k, v in s.items() if k != 'out'}
+    for cfg in ('corpus', 'queries', 'qrels', 'papers', 'qrels-paper'):
+        rows = lambda d: sorted(pq.read_table(sorted((d / cfg).glob('*.parquet'))).to_pylist(), key=lambda r: json.dumps(r, default=str))
+        assert rows(out) == rows(out2), cfg               # the same rows (the fixture listed its papers in another order)
+    for f in ('jsonl/pages/corpus.jsonl', 'jsonl/papers/corpus.jsonl', 'jsonl/pages/qrels/test.tsv', 'README.md'):
+        assert sorted((out / f).read_bytes().splitlines()) == sorted((out2 / f).read_bytes().splitlines()), f
+    assert not list(out2.glob('.*.spool.jsonl'))                               # the JSONL spools are gone

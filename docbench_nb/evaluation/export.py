@@ -12,15 +12,17 @@ from ..cache import stage_dir, atomic_write, check_cache_path, file_sha256, insi
 from .formats import (load_queries, write_beir, read_beir, gold_from_qrels, DataFileError, read_limits, read_parquet, dataset_file,
                                   checked_file, relevance)
 from ..pages.render import render_paper
-from ..latex.corpus import load_papers
+from ..latex.corpus import load_papers, corpus_sources, printable
+from ..latex import sources as latex
+from tqdm.auto import tqdm
 from ..context import RunContext, run_context, context_from_args
 from .page_task import page_doc_id, page_maps, page_qrels, page_queries
 from ..context import DEFAULT_MAX_PIXELS  # the CLI's default page budget
 
 # %% auto #0
-__all__ = ['MAX_SHARD_BYTES', 'IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'ShardWriter', 'write_config', 'dataset_card',
-           'iter_page_records', 'page_records', 'export_beir', 'export_benchmark', 'import_beir', 'cmd_export',
-           'cmd_evaluate_dataset', 'add_export_parsers']
+__all__ = ['MAX_SHARD_BYTES', 'EXPORT_BATCH', 'IMAGE_EXTS', 'IMPORT_CONTENT', 'TEXT_COLUMNS', 'ShardWriter', 'write_config',
+           'dataset_card', 'iter_page_records', 'page_records', 'export_beir', 'export_benchmark', 'import_beir',
+           'cmd_export', 'cmd_evaluate_dataset', 'add_export_parsers']
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #ef5466d0
 _ARROW = {'string': 'string', 'int64': 'int64', 'float64': 'float64'}
@@ -184,28 +186,51 @@ _TYPES = {'corpus': {'corpus-id': 'string', 'image': 'image', 'text': 'string', 
           'papers': {'corpus-id': 'string', 'title': 'string', 'text': 'string'},
           'qrels-paper': {'query-id': 'string', 'corpus-id': 'string', 'score': 'int64'}}
 
-def _write_corpus(w: ShardWriter, pages, jsonl: bool) -> tuple:
-    "Stream `pages` into `w`: (page ids in order, paper ids, images written, {page id: JSONL record} or None)."
-    ids, seen, docs, n_images, texts = [], set(), set(), 0, ({} if jsonl else None)
+class _Spool:
+    "Records written to a JSONL file in `folder` as they come, read back once in order by `items()`: a JSONL copy made without holding its texts."
+    def __init__(self, folder: Path, name: str):
+        self.path = Path(folder) / f'.{name}.spool.jsonl'
+        self._f = open(self.path, 'w', encoding='utf-8', errors='surrogatepass')
+    def add(self, key, rec): self._f.write(json.dumps([key, rec], ensure_ascii=False) + '\n')
+    def items(self):
+        self._f.close()
+        with open(self.path, encoding='utf-8', errors='surrogatepass') as f:
+            for line in f: yield tuple(json.loads(line))
+    def remove(self):
+        self._f.close(); self.path.unlink(missing_ok=True)
+
+def _write_corpus(w: ShardWriter, pages, spool: Optional[_Spool]) -> tuple:
+    "Stream `pages` into `w` (and their texts into `spool`, for the JSONL copy): (page ids in order, paper ids, images written)."
+    ids, seen, docs, n_images = [], set(), set(), 0
     for r in pages:
         cid = r['corpus-id']; _check_ids('page', [cid]); _check_ids('paper', [r['doc-id']])
         if cid in seen: raise ValueError(f"export: duplicate page id {short_repr(cid)} in the corpus")
         seen.add(cid); ids.append(cid); docs.add(r['doc-id']); n_images += r['image'] is not None
         w.add({c: (_image_cell(r['image']) if c == 'image' else r.get(c)) for c in w.cols})
-        if jsonl: texts[cid] = {'title': '', 'text': r['text'], 'doc-id': r['doc-id'], 'page': r['page']}
-    return ids, docs, n_images, texts
+        if spool is not None: spool.add(cid, {'title': '', 'text': r['text'], 'doc-id': r['doc-id'], 'page': r['page']})
+    return ids, docs, n_images
 
 # %% ../../nbs/04_evaluation/09_export.ipynb #sh4rdex1
 def _export(out, pages, queries, qrels: dict, papers, paper_qrels, qrel_methods, split, jsonl, force, max_shard_bytes,
             drop_unknown: bool) -> tuple:
-    "`export_beir`'s work: (summary, queries whose page qrels all named pages not in the corpus, when `drop_unknown`)."
+    """`export_beir`'s work: (summary, queries whose page qrels all named pages not in the corpus, when `drop_unknown`).
+    `papers`: a list, or a function giving them one at a time (an export from a corpus reads them back batch by batch)."""
     _check_out(out, force)
-    papers, queries = list(papers), list(queries)
-    _check_ids('query', [q.id for q in queries]); _check_ids('paper', [p.id for p in papers])
+    queries, lazy = list(queries), callable(papers)
+    if not lazy: papers = list(papers); _check_ids('paper', [p.id for p in papers])
+    _check_ids('query', [q.id for q in queries])
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     ws = {c: ShardWriter(out, c, t, split, max_shard_bytes) for c, t in _TYPES.items()}
+    spools = {c: _Spool(out, c) for c in ('pages', 'papers')} if jsonl else {}
+    try: return _write_all(out, ws, spools, pages, queries, qrels, papers() if lazy else papers, paper_qrels, qrel_methods,
+                           split, drop_unknown)
+    finally:
+        for s in spools.values(): s.remove()
+
+def _write_all(out, ws, spools, pages, queries, qrels, papers, paper_qrels, qrel_methods, split, drop_unknown) -> tuple:
+    "The configs, the card and the JSONL copies (`_export`'s body): every shard removed when any of it fails."
     try:
-        ids, docs, n_images, texts = _write_corpus(ws['corpus'], pages, jsonl)
+        ids, docs, n_images = _write_corpus(ws['corpus'], pages, spools.get('pages'))
         known, lost = set(ids), []
         missing = sorted({d for r in qrels.values() for d in r if d not in known})
         if missing and not drop_unknown: raise ValueError(f"export: page qrels name {len(missing)} pages not in the corpus, e.g. {missing[:3]}")
@@ -219,7 +244,11 @@ def _export(out, pages, queries, qrels: dict, papers, paper_qrels, qrel_methods,
         paper_qrels = paper_qrels if paper_qrels is not None else {q.id: q.judgments() for q in queries if q.doc_ids}   # graded when the query is
         pr = [(q, d, s) for q, r in paper_qrels.items() for d, s in r.items()]
         for q, d, s in pr: ws['qrels-paper'].add({'query-id': q, 'corpus-id': d, 'score': int(s)})
-        for p in papers: ws['papers'].add({'corpus-id': p.id, 'title': p.title, 'text': p.text})
+        n_papers = 0
+        for p in papers:
+            _check_ids('paper', [p.id]); n_papers += 1
+            ws['papers'].add({'corpus-id': p.id, 'title': p.title, 'text': p.text})
+            if spools: spools['papers'].add(p.id, {'title': p.title, 'text': p.text})
         files = {c: [f.relative_to(out).as_posix() for f in w.close()] for c, w in ws.items()}
     except BaseException:
         for w in ws.values(): w.abort()
@@ -227,10 +256,10 @@ def _export(out, pages, queries, qrels: dict, papers, paper_qrels, qrel_methods,
     about = (f"Exported by docbench: {len(ids)} pages of {len(docs)} papers, {len(queries)} queries, "
              f"{len(qr)} page-level and {len(pr)} paper-level judgments. Page ids are `PAPER#pN` (1-based).")
     atomic_write(out / 'README.md', dataset_card(_TYPES, split, about=about, files=files))
-    if jsonl:
-        write_beir(out / 'jsonl' / 'pages', texts, queries, qrels, split)
-        write_beir(out / 'jsonl' / 'papers', {p.id: {'title': p.title, 'text': p.text} for p in papers}, queries, paper_qrels, split)
-    return {'out': str(out), 'n_pages': len(ids), 'n_images': n_images, 'n_papers': len(papers), 'n_queries': len(queries),
+    if spools:
+        write_beir(out / 'jsonl' / 'pages', spools['pages'], queries, qrels, split)
+        write_beir(out / 'jsonl' / 'papers', spools['papers'], queries, paper_qrels, split)
+    return {'out': str(out), 'n_pages': len(ids), 'n_images': n_images, 'n_papers': n_papers, 'n_queries': len(queries),
             'n_page_qrels': len(qr), 'n_paper_qrels': len(pr), 'shards': {c: len(f) for c, f in files.items()}}, lost
 
 def export_beir(out, pages, queries: Sequence[Query], qrels: dict, papers=(), paper_qrels: Optional[dict] = None,
@@ -250,6 +279,8 @@ def export_benchmark(corpus, queries, out, levels=(0, 1, 2, 3), papers=None, map
     `max_shard_bytes`. Queries whose evidence cannot be placed keep their paper-level qrels and are counted in the summary."""
     errors, ctx = [], run_context(ctx, **settings)
     _check_out(out, force)                           # before any parsing or rendering
+    if papers is None and not isinstance(corpus, dict):
+        return _export_streamed(corpus, queries, out, levels, maps, timeout, with_images, force, max_shard_bytes, ctx)
     if papers is None: papers, errors = load_papers(corpus, cache_dir=ctx.cache_dir, progress=ctx.progress, workers=ctx.workers)
     if not papers: raise ValueError(f"export: no paper of {corpus!r} could be parsed")
     qs = (load_queries(queries, known_doc_ids={p.id for p in papers}, levels=levels) if isinstance(queries, (str, Path))
@@ -258,6 +289,42 @@ def export_benchmark(corpus, queries, out, levels=(0, 1, 2, 3), papers=None, map
     pq = page_qrels(qs, maps)
     pages = iter_page_records(papers, maps, timeout, with_images, ctx=ctx)      # rendered and written paper by paper
     summary, lost = _export(out, pages, qs, pq['qrels'], papers, None, {q: v['method'] for q, v in pq['placed'].items()},
+                            'test', True, force, max_shard_bytes, drop_unknown=True)
+    summary.update(n_unplaced=len(pq['unplaced']) + len(lost), unplaced={**pq['unplaced'], **{q: 'pages not rendered' for q in lost}},
+                   parse_errors=len(errors))
+    atomic_write(Path(out) / 'export.json', json.dumps(summary, indent=1))
+    return summary
+
+EXPORT_BATCH = 64          # papers an export from a corpus holds at a time (parsed, mapped, rendered, written)
+
+def _batches(srcs, ctx, batch=None):
+    "`(papers, errors)` of `srcs`, `batch` at a time (`EXPORT_BATCH`): parsed once, then read back from the parse cache."
+    batch = int(batch or EXPORT_BATCH)
+    for s in range(0, len(srcs), batch):
+        yield load_papers(srcs[s:s + batch], cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers,
+                          time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
+
+def _export_streamed(corpus, queries, out, levels, maps, timeout, with_images, force, max_shard_bytes, ctx) -> dict:
+    """`export_benchmark` from a corpus, a batch of papers at a time: parse every paper (keeping ids), place the queries
+    on their gold papers' pages, then write each batch's pages and, in a second pass over the parse cache, its papers."""
+    srcs, ids, errors = [str(s) for s in corpus_sources(corpus)], [], []
+    for ps, errs in tqdm(_batches(srcs, ctx), total=-(-len(srcs) // EXPORT_BATCH), desc='parse', disable=not ctx.progress):
+        ids += [p.id for p in ps]; errors += errs
+    if not ids: raise ValueError(f"export: no paper of {corpus!r} could be parsed")
+    qs = (load_queries(queries, known_doc_ids=set(ids), levels=levels) if isinstance(queries, (str, Path))
+          else [q for q in queries if q.level in set(levels)])
+    by_id, ok = {printable(latex.paper_id_from_path(s)): s for s in srcs}, set(ids)
+    kept = [s for s in srcs if printable(latex.paper_id_from_path(s)) in ok]
+    gold = [by_id[d] for d in dict.fromkeys(d for q in qs for d in q.doc_ids) if d in by_id and d in ok]
+    if maps is None and gold: gmaps = page_maps(next(_batches(gold, ctx, len(gold)))[0], timeout, ctx=ctx)   # rendered once, cached
+    else: gmaps = maps or {}
+    pq = page_qrels(qs, gmaps)
+    def pages():
+        for ps, _ in tqdm(_batches(kept, ctx), total=-(-len(kept) // EXPORT_BATCH), desc='export', disable=not ctx.progress):
+            ms = maps if maps is not None else page_maps(ps, timeout, ctx=ctx.replace(progress=False))
+            yield from iter_page_records(ps, ms, timeout, with_images, ctx=ctx)
+    papers = lambda: (p for ps, _ in _batches(kept, ctx) for p in ps)
+    summary, lost = _export(out, pages(), qs, pq['qrels'], papers, None, {q: v['method'] for q, v in pq['placed'].items()},
                             'test', True, force, max_shard_bytes, drop_unknown=True)
     summary.update(n_unplaced=len(pq['unplaced']) + len(lost), unplaced={**pq['unplaced'], **{q: 'pages not rendered' for q in lost}},
                    parse_errors=len(errors))
