@@ -78,10 +78,11 @@ def evaluate_backends(corpus, queries, cache_dir, chunk_size, backends):
     import docbench_nb as db
     from docbench_nb.cache import stage_dir
     from docbench_nb.retrieval.encoders import HFTextEncoder, EmbeddingCache
+    from docbench_nb.context import RunContext
     from docbench_nb.retrieval.text_retrievers import DenseRetriever
     out = {}
     for b in backends:
-        r = DenseRetriever(HFTextEncoder(device='cpu', backend=b, cache_dir=cache_dir), cache=EmbeddingCache(stage_dir('embeddings', cache_dir)))
+        r = DenseRetriever(HFTextEncoder(backend=b, ctx=RunContext(device='cpu', cache_dir=cache_dir)), cache=EmbeddingCache(stage_dir('embeddings', cache_dir)))
         res = db.evaluate(str(corpus), str(queries), retriever=r, chunk_size=chunk_size, cache_dir=cache_dir, progress=False)
         out[b] = (res, r)
     return out
@@ -103,13 +104,14 @@ def main():
     torch.set_num_threads(a.threads)
     import transformers, onnxruntime, sentence_transformers
     from docbench_nb.retrieval.encoders import HFTextEncoder, default_text_model_path, ONNX_BUILDS
+    from docbench_nb.context import RunContext
     tmp = Path(tempfile.mkdtemp(prefix='bench_embed_'))
     cache_dir = a.cache_dir or str(tmp / 'cache')
     corpus = Path(a.corpus) if a.corpus else default_corpus()
     texts = word_windows(corpus, a.n, a.lo, a.hi)
     if len(texts) < a.n: print(f"only {len(texts)} windows found under {corpus}", file=sys.stderr)
     t = time.perf_counter()
-    ours = {f'docbench {b}': HFTextEncoder(device='cpu', backend=b, cache_dir=cache_dir) for b in ('torch', 'onnx', 'onnx-int8')}
+    ours = {f'docbench {b}': HFTextEncoder(backend=b, ctx=RunContext(device='cpu', cache_dir=cache_dir)) for b in ('torch', 'onnx', 'onnx-int8')}
     load_s = time.perf_counter() - t
     models = {**ours, **st_models(default_text_model_path(), a.threads, a.st_int8, tmp)}
     tok = ours['docbench torch'].tokenizer

@@ -41,8 +41,9 @@ def main():
     import torch
     from sentence_transformers import SentenceTransformer
     from docbench_nb.retrieval.encoders import HFTextEncoder, default_text_model_path
+    from docbench_nb.context import RunContext
     texts, src = passages(a.n, a.words)
-    ours = HFTextEncoder(device='cpu')
+    ours = HFTextEncoder(ctx=RunContext(device='cpu'))
     st = SentenceTransformer(default_text_model_path(), device='cpu')
     print(f"{len(texts)} passages x {a.words} words ({src}); batch {a.batch_size}; torch threads {torch.get_num_threads()}")
     ours.encode_units(texts[:8]); st.encode(texts[:8])                        # warm-up

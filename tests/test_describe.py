@@ -7,6 +7,7 @@ from docbench_nb.retrieval.represent import text_caption_units, default_tokenize
 from docbench_nb.retrieval.describe import (OCRSourceDescriber, ChatDescriber, HFVLMDescriber, DescriberError,
                                   make_describer, default_ocr_engine, figure_images, DEFAULT_PROMPT)
 from docbench_nb.testing import StubChatServer, ScriptedChatServer
+from docbench_nb.context import RunContext
 
 WORDS = ('Discharge', 'snowmelt', 'gauge')
 
@@ -195,7 +196,7 @@ def test_ocr_describer_on_inline_chart(paper, tmp_path):
 
 def test_text_caption_units_default_includes_ocr_text(paper, tmp_path):
     tok = default_tokenizer()
-    units = text_caption_units(paper, tok, chunk_size=512, cache_dir=tmp_path / 'cache')
+    units = text_caption_units(paper, tok, chunk_size=512, ctx=RunContext(cache_dir=tmp_path / 'cache'))
     sec = [u for u in units if u.meta.get('source') == 'figure_descriptions']
     assert sec and sec[0].meta['describer'].startswith('source:caption+refs+ocr(')
     text = ' '.join(u.text for u in sec)

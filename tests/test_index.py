@@ -261,13 +261,14 @@ def test_dense_retriever_refuses_image_only_units(tmp_path):
 def test_approximate_indexes_on_real_minilm_vectors(shared_dir, tmp_path):
     "HNSW / IVF on MiniLM vectors of real LaTeX windows: IVF scanning every list equals exact, HNSW near it; settings persist."
     from docbench_nb.retrieval.encoders import HFTextEncoder
+    from docbench_nb.context import RunContext
     texts, docs = [], []
     for tex in sorted((shared_dir/'corpus'/'papers').glob('*/*.tex'))[:30]:
         w = tex.read_text(errors='ignore').split()
         for j in range(0, min(len(w) - 60, 60 * 10), 60):
             texts.append(' '.join(w[j:j + 60])); docs.append(tex.parent.name)
     assert len(texts) >= 200
-    enc = HFTextEncoder(device='cpu')
+    enc = HFTextEncoder(ctx=RunContext(device='cpu'))
     V = enc.encode_units(texts, batch_size=32)
     units = [Unit(d, f"{d}#{i}") for i, d in enumerate(docs)]
     Q = V[::7] + 0.02 * np.random.default_rng(0).standard_normal((len(V[::7]), 384)).astype(np.float32)

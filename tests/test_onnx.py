@@ -6,6 +6,7 @@ import pytest
 from docbench_nb.demo import demo_paper_ids, demo_source_files, read_demo_source, demo_queries
 from docbench_nb.retrieval.encoders import HFTextEncoder, load_encoder, model_fingerprint, ONNX_BUILDS, onnx_problem
 from docbench_nb.spec import SpecError
+from docbench_nb.context import RunContext
 
 
 def latex_texts(n=16):
@@ -24,7 +25,7 @@ def latex_texts(n=16):
 def encs(tmp_path_factory):
     cache = tmp_path_factory.mktemp('onnx_cache')
     before = dict(ONNX_BUILDS)
-    out = {'torch': HFTextEncoder(device='cpu'), 'onnx': HFTextEncoder(backend='onnx', cache_dir=cache),
+    out = {'torch': HFTextEncoder(ctx=RunContext(device='cpu')), 'onnx': HFTextEncoder(backend='onnx', ctx=RunContext(cache_dir=cache)),
            'int8': load_encoder('minilm?backend=onnx-int8', cache_dir=cache)}
     out['builds'] = {k: ONNX_BUILDS[k] - before[k] for k in before}
     out['cache'], out['texts'] = cache, latex_texts()
@@ -42,7 +43,7 @@ def test_onnx_fp32_gives_the_torch_vectors(encs):
     assert np.abs(encs['torch'].encode_queries(qs) - plain).max() < 1e-5
     # prefixes are the torch path's: the same prefix gives the same vectors, and the export is reused (no new build)
     n = dict(ONNX_BUILDS)
-    po = HFTextEncoder(backend='onnx', cache_dir=encs['cache'], query_prefix='query: ')
+    po = HFTextEncoder(backend='onnx', query_prefix='query: ', ctx=RunContext(cache_dir=encs['cache']))
     encs['torch'].query_prefix = 'query: '
     try: assert np.abs(encs['torch'].encode_queries(qs) - po.encode_queries(qs)).max() < 1e-5
     finally: encs['torch'].query_prefix = ''
@@ -62,14 +63,14 @@ def test_int8_is_close_and_keyed_apart(encs):
 def test_unknown_backend_or_setting_refused():
     with pytest.raises(ValueError, match='unknown encoder backend'): HFTextEncoder(backend='tensorrt')
     with pytest.raises(SpecError, match="option backend='openvino' is not one of"): load_encoder('dense?backend=openvino')
-    with pytest.raises(ValueError, match='runs on CPU'): HFTextEncoder(backend='onnx', device='cuda')
+    with pytest.raises(ValueError, match='runs on CPU'): HFTextEncoder(backend='onnx', ctx=RunContext(device='cuda'))
     with pytest.raises(ValueError, match='runs float32 weights'): HFTextEncoder(backend='onnx-int8', dtype='bfloat16')
 
 
 def test_export_built_once_reused_and_checked(encs):
     assert encs['builds'] == {'export': 1, 'quantize': 1}           # int8 was quantized from the one fp32 export
     n = dict(ONNX_BUILDS)
-    again = HFTextEncoder(backend='onnx-int8', cache_dir=encs['cache'])
+    again = HFTextEncoder(backend='onnx-int8', ctx=RunContext(cache_dir=encs['cache']))
     assert ONNX_BUILDS == n
     texts = encs['texts'][:4]
     before = again.encode_units(texts)
@@ -80,7 +81,7 @@ def test_export_built_once_reused_and_checked(encs):
     (d / 'model.onnx').write_bytes(bytes(blob))
     assert 'does not match the sha256' in onnx_problem(d)
     with pytest.warns(UserWarning, match='removed and rebuilt'):
-        rebuilt = HFTextEncoder(backend='onnx-int8', cache_dir=encs['cache'])
+        rebuilt = HFTextEncoder(backend='onnx-int8', ctx=RunContext(cache_dir=encs['cache']))
     assert (ONNX_BUILDS['export'], ONNX_BUILDS['quantize']) == (n['export'], n['quantize'] + 1)
     assert onnx_problem(d) is None
     np.testing.assert_allclose(rebuilt.encode_units(texts), before, atol=1e-6)

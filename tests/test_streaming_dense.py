@@ -55,7 +55,7 @@ def test_streamed_dense_equals_in_memory_and_each_loads_the_others_index(streame
     m = evaluate(w['srcs'], w['qs'], 'text', mem, ctx=w['ctx'])
     _same(s, m)
     assert s['warnings'] == m['warnings'] and mem._index.units is not None and (mem.store.built, mem.store.loaded) == (1, 0)
-    back = _sibling(w, IndexStore.for_cache(w['ctx'].cache_dir))       # in memory, finds what the shards built
+    back = _sibling(w, IndexStore.for_cache(w['ctx']))       # in memory, finds what the shards built
     _same(evaluate(w['srcs'], w['qs'], 'text', back, ctx=w['ctx']), s)
     assert (back.store.built, back.store.loaded) == (0, 1)
     fwd, before = _sibling(w, mem.store), len(w['calls'])               # streamed, finds what `index(units)` built

@@ -6,6 +6,7 @@ from docbench_nb.records import Unit, Query
 from docbench_nb.retrieval.image_encoders import (load_image, unit_key, CLIPEncoder, VLMEmbedder, ColPaliEncoder, ImageRetriever,
                                 embed_units_cached, IMAGE_RETRIEVER_KINDS)
 from docbench_nb.retrieval.registry import make_retriever
+from docbench_nb.context import RunContext
 from docbench_nb.spec import SpecError
 from docbench_nb.testing import make_tiny_vision_models
 
@@ -39,7 +40,7 @@ def tiny(tmp_path_factory):
 def test_clip_and_siglip(tiny):
     models, imgs, _ = tiny
     for key, dim in (('clip', 16), ('siglip', 32)):
-        enc = CLIPEncoder(models[key], max_pixels=40_000)
+        enc = CLIPEncoder(models[key], ctx=RunContext(max_pixels=40_000))
         q = enc.encode_queries(['a red square', 'blue', 'a long query about a green figure with many words'])
         i = enc.encode_images(list(imgs.values()))
         assert q.shape == (3, dim) and i.shape == (3, dim) and q.dtype == np.float32
@@ -49,14 +50,14 @@ def test_clip_and_siglip(tiny):
         u = enc.encode_image_units([Unit('d', 'd#i', kind='interleaved', text='blue', images=[imgs['red'], imgs['green']])])
         m = i[0] + i[1] + q[1]
         np.testing.assert_allclose(u[0], m / np.linalg.norm(m), atol=1e-5)
-        assert enc.fingerprint != CLIPEncoder(models[key], max_pixels=80_000).fingerprint
+        assert enc.fingerprint != CLIPEncoder(models[key], ctx=RunContext(max_pixels=80_000)).fingerprint
     with pytest.raises(TypeError, match='not a dual encoder'): CLIPEncoder(models['qwen2_vl'])
 
 
 @pytest.mark.slow
 def test_vlm_embedder_inputs_pooling_budget(tiny):
     models, imgs, d = tiny
-    enc = VLMEmbedder(models['qwen2_vl'], max_pixels=28 * 28 * 20)
+    enc = VLMEmbedder(models['qwen2_vl'], ctx=RunContext(max_pixels=28 * 28 * 20))
     b = enc.build_inputs([('caption text', [imgs['red'], imgs['blue']]), ('text only', [])], 'Represent this.')
     grid = b['image_grid_thw']
     assert grid.shape == (2, 3) and b['pixel_values'].shape[0] == int(grid.prod(-1).sum())
@@ -78,17 +79,17 @@ def test_vlm_embedder_inputs_pooling_budget(tiny):
     assert enc.encode_images([imgs['red']]).shape == (1, 32)
     # a larger budget than the checkpoint's own cap (256 tokens) is honoured
     Image.new('RGB', (900, 700), 'white').save(d/'page.png')
-    big = VLMEmbedder(models['qwen2_vl'], max_pixels=500_000)
+    big = VLMEmbedder(models['qwen2_vl'], ctx=RunContext(max_pixels=500_000))
     n = int((big.build_inputs([('', [str(d/'page.png')])], None)['input_ids'] == big.image_token_id).sum())
     assert 256 < n <= 500_000 // 784
     with pytest.raises(ValueError, match='exceeds max_length'):
-        VLMEmbedder(models['qwen2_vl'], max_pixels=500_000, max_length=64).build_inputs([('', [str(d/'page.png')])], None)
+        VLMEmbedder(models['qwen2_vl'], max_length=64, ctx=RunContext(max_pixels=500_000)).build_inputs([('', [str(d/'page.png')])], None)
 
 
 @pytest.mark.slow
 def test_colpali_encoder_token_matrices(tiny, tmp_path):
     models, imgs, _ = tiny
-    enc = ColPaliEncoder(models['colqwen2'], max_pixels=28 * 28 * 16)
+    enc = ColPaliEncoder(models['colqwen2'], ctx=RunContext(max_pixels=28 * 28 * 16))
     assert (enc.backend, enc.dim, enc.modality) == ('transformers', 16, 'image')
     q = enc.encode_queries(['gas', 'the quick brown fox jumps over the lazy dog'])
     assert q[1].shape[0] > q[0].shape[0]                                # no padding rows
@@ -98,7 +99,7 @@ def test_colpali_encoder_token_matrices(tiny, tmp_path):
         np.testing.assert_allclose(np.linalg.norm(m, axis=1), 1, atol=1e-4)
     u = enc.encode_image_units([Unit('a', 'a#0', kind='page', images=[imgs['red'], imgs['blue']])])[0]
     assert u.shape == (len(ims[0]) + len(ims[2]), 16)
-    assert len(ColPaliEncoder(models['colqwen2'], max_pixels=28 * 28 * 64).encode_images([imgs['blue']])[0]) > len(ims[2])
+    assert len(ColPaliEncoder(models['colqwen2'], ctx=RunContext(max_pixels=28 * 28 * 64)).encode_images([imgs['blue']])[0]) > len(ims[2])
     with pytest.raises(ValueError, match='has no images'): enc.encode_image_units([Unit('a', 'a#1', text='t')])
     with pytest.raises(TypeError, match='embed images'): enc.encode_units(['text'])
     try:

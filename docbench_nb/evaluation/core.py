@@ -177,7 +177,7 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
         if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
     t = time.time()
     rep = sc or represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
-                          progress=ctx.progress, cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
+                          progress=ctx.progress, workers=ctx.workers, ctx=ctx, **kw)
     units, n_docs, warns = (sc.shards if sc else rep.units), len(papers), warns + rep.all_warnings()
     if task == 'page' and sc: n_docs, urep = merge_steps(sc.steps)        # the shards hold page units already
     elif task == 'page':

@@ -123,7 +123,7 @@ def _unit_rows(row: dict, representation, chunk_size, tokenizer, ctx, represent_
     else: kw.pop('describer', None)
     if task == 'page': map_paper(papers[0], cache_dir=ctx.cache_dir, timeout=map_timeout)
     rep = represent(papers, representation, tokenizer=tokenizer, chunk_size=chunk_size, overlap=kw.pop('overlap', 0),
-                    progress=False, cache_dir=ctx.cache_dir, workers=1, **kw)
+                    progress=False, workers=1, ctx=ctx, **kw)
     return [{'unit': u.to_json(), 'query': ''} for u in rep.units]
 
 def _ocr_rows(batch: dict, ocr: dict, ctx) -> dict:

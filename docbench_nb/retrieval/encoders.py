@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from ..spec import Option, KindInfo, SpecError, parse_spec, check_spec
 from ..cache import stage_dir, content_key, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked
 from ..cache import file_sha256, check_cache_path
+from ..context import RunContext, run_context, SETTINGS
 from fastcore.basics import patch
 
 # %% auto #0
@@ -271,9 +272,10 @@ class HFTextEncoder:
     "A Hugging Face text embedder: tokenizer + `AutoModel` (torch or ONNX Runtime) + pooling (+ Dense) + L2 normalisation, with query/passage prefixes."
     def __init__(self, model: Optional[str] = None, pooling: str = 'auto', query_prefix: Optional[str] = None,
                  passage_prefix: Optional[str] = None, max_length: Optional[int] = None, normalize: bool = True,
-                 device: Optional[str] = None, dtype=None, trust_remote_code: bool = False, backend: str = 'torch',
-                 cache_dir=None):
+                 dtype=None, trust_remote_code: bool = False, backend: str = 'torch', *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's): its `device` (None: CUDA when available) and, for an ONNX backend, its cache root."
         import torch
+        ctx = run_context(ctx)
         self.backend = check_backend(backend)          # before any loading: a wrong backend costs nothing
         from transformers import AutoModel, AutoTokenizer
         self.model_id = model or default_text_model_path()
@@ -287,10 +289,10 @@ class HFTextEncoder:
             warnings.warn(f"{self.model_id}: the model excludes prompt tokens from pooling (include_prompt=false); "
                           "HFTextEncoder pools over them, so vectors differ slightly from sentence-transformers")
         self.name = 'all-MiniLM-L6-v2' if model is None else model_slug(str(self.model_id).rstrip('/').split('/')[-1])
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.device = ctx.device or ('cuda' if torch.cuda.is_available() else 'cpu')
         self.dtype = resolve_dtype(dtype) or torch.float32
         if self.backend != 'torch':
-            if device not in (None, 'cpu'): raise ValueError(f"backend {backend!r} runs on CPU (ONNX Runtime); device {device!r} needs backend='torch'")
+            if ctx.device not in (None, 'cpu'): raise ValueError(f"backend {backend!r} runs on CPU (ONNX Runtime); device {ctx.device!r} needs backend='torch'")
             if self.dtype != torch.float32: raise ValueError(f"backend {backend!r} runs float32 weights (onnx-int8 quantizes them); dtype {dtype!r} needs backend='torch'")
             self.device, self.name = 'cpu', f"{self.name}-{self.backend}"
         self.tokenizer = AutoTokenizer.from_pretrained(str(tf_folder), trust_remote_code=trust_remote_code)
@@ -314,7 +316,7 @@ class HFTextEncoder:
         self.passage_prefix = (auto_p or '') if passage_prefix is None else passage_prefix
         self._fingerprint, self._ort = None, None
         if self.backend != 'torch':                  # the ONNX Runtime session replaces the torch weights
-            self._ort, self.model = onnx_session(self, cache_dir), None
+            self._ort, self.model = onnx_session(self, ctx), None
 
     def __repr__(self):
         return (f"HFTextEncoder({self.name!r}, dim={self.dim}, pooling={self.pooling!r}, max_length={self.max_length}, "
@@ -476,15 +478,18 @@ _ENCODER_OPTIONS = {'pooling': Option(str, None, choices=('auto', 'mean', 'cls',
 ENCODER_KINDS = {'dense': KindInfo('dense', 'optional', _ENCODER_OPTIONS, help='a Hugging Face text embedder (default: bundled MiniLM)'),
                  **{k: KindInfo(k, 'none', _ENCODER_OPTIONS, help='the bundled all-MiniLM-L6-v2') for k in ('minilm', 'default')}}
 
-def load_encoder(spec: str = 'minilm', **kwargs) -> Encoder:
-    "'minilm' / 'dense' → the bundled default; 'dense:<hub id or folder>[?pooling=&max_length=&dtype=&backend=…]' → `HFTextEncoder` of that model."
+def load_encoder(spec: str = 'minilm', *, ctx: Optional[RunContext] = None, **kwargs) -> Encoder:
+    """'minilm' / 'dense' → the bundled default; 'dense:<hub id or folder>[?pooling=&max_length=&dtype=&backend=…]' →
+    `HFTextEncoder` of that model, run under `ctx` (default: the environment's). Keywords are `HFTextEncoder`'s
+    settings or `RunContext` fields (`device=`, `cache_dir=`); the spec's `device=` option is a field too."""
     if spec is None or (isinstance(spec, str) and spec.strip() in ('', 'all-MiniLM-L6-v2')): spec = 'minilm'
     s = parse_spec(spec, 'encoder spec')
     if s.kind not in ENCODER_KINDS:
         raise SpecError(f"unknown encoder spec {str(s)!r}; expected " + ', '.join(i.usage() for i in ENCODER_KINDS.values()))
     opts = check_spec(s, ENCODER_KINDS[s.kind], 'encoder spec')
     kw = {**{k: v for k, v in opts.items() if v is not None}, **kwargs}
-    return HFTextEncoder(s.model, **kw)
+    return HFTextEncoder(s.model, **{k: v for k, v in kw.items() if k not in SETTINGS},
+                         ctx=run_context(ctx, **{k: v for k, v in kw.items() if k in SETTINGS}))
 
 # %% ../../nbs/03_retrieval/04_encoders.ipynb #b4c0e5e1
 ONNX_BUILDS = {'export': 0, 'quantize': 0}       # builds this process ran (a reused, verified build adds none)
@@ -575,13 +580,14 @@ def _quantize_int8(src, path) -> dict:
     ONNX_BUILDS['quantize'] += 1
     return {'source_sha256': file_sha256(src), 'settings': s, 'onnxruntime': onnxruntime.__version__}
 
-def onnx_session(enc, cache_dir=None):
+def onnx_session(enc, ctx: Optional[RunContext] = None):
     """An ONNX Runtime CPU session of `enc`'s model for its backend ('onnx': the float32 export, 'onnx-int8': its int8
-    quantization), each built once under `<cache>/embeddings/onnx/` and verified against its manifest on every load."""
+    quantization), each built once under `<cache>/embeddings/onnx/` of the run context's cache root (`ctx`, default:
+    the environment's) and verified against its manifest on every load."""
     import onnxruntime as ort, torch, transformers
     check_backend(enc.backend)
     if enc.backend == 'torch': raise ValueError("onnx_session: the encoder's backend is 'torch'")
-    root, slug = stage_dir('embeddings', cache_dir)/'onnx', model_slug(enc.name.rsplit(f'-{enc.backend}', 1)[0])
+    root, slug = stage_dir('embeddings', run_context(ctx).cache_dir)/'onnx', model_slug(enc.name.rsplit(f'-{enc.backend}', 1)[0])
     base = content_key(folder_digest(enc.folder), enc.st_config['transformer_path'], torch.__version__, transformers.__version__, n=20)
     path = onnx_build(root/f"{slug}-fp32-{base}", lambda p: _export_onnx(enc, p))
     if enc.backend == 'onnx-int8':

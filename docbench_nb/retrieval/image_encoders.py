@@ -16,7 +16,8 @@ from ..spec import Option
 from .encoders import (resolve_model_folder, model_slug, resolve_dtype, folder_digest, check_texts, pool_hidden,
                                   text_key, EmbeddingCache, model_fingerprint, embed_cached)
 from .unit_index import DenseIndex
-from .registry import RetrieverBase, register_retriever, DEFAULT_MAX_PIXELS
+from .registry import RetrieverBase, register_retriever
+from ..context import RunContext, run_context
 from fastcore.basics import patch
 
 # %% auto #0
@@ -110,11 +111,12 @@ def _features(out):
 class CLIPEncoder:
     "CLIP/SigLIP-style dual encoder (`AutoModel` + `AutoTokenizer` + `AutoImageProcessor`): text tower for text, image tower for images."
     modality = 'image'
-    def __init__(self, model: str, max_pixels: int = DEFAULT_MAX_PIXELS, device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
+    def __init__(self, model: str, dtype=None, trust_remote_code: bool = False, *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's): the image budget `max_pixels` and the `device` (None: CUDA when available)."
         import torch
         from transformers import AutoModel, AutoTokenizer, AutoImageProcessor
-        self.folder = resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
+        ctx, self.folder = run_context(ctx), resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), ctx.max_pixels, resolve_device(ctx.device)
         self.model = AutoModel.from_pretrained(str(self.folder), dtype=resolve_dtype(dtype) or torch.float32,
                                                trust_remote_code=trust_remote_code).to(self.device).eval()
         if not (hasattr(self.model, 'get_text_features') and hasattr(self.model, 'get_image_features')):
@@ -224,13 +226,14 @@ def model_chat_template(tokenizer, folder: Path) -> str:
 class VLMEmbedder:
     "Single-vector embeddings from a VLM (Qwen2/2.5/3-VL family): chat-formatted image+text input, last-token pooling, L2 norm."
     modality = 'image'
-    def __init__(self, model: str, max_pixels: int = DEFAULT_MAX_PIXELS, query_instruction: Optional[str] = "Represent the user's input.",
+    def __init__(self, model: str, query_instruction: Optional[str] = "Represent the user's input.",
                  unit_instruction: Optional[str] = "Represent the user's input.", max_length: int = 8192,
-                 device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
+                 dtype=None, trust_remote_code: bool = False, *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's): the image budget `max_pixels` and the `device` (None: CUDA when available)."
         import torch
         from transformers import AutoModel, AutoTokenizer, AutoImageProcessor, AutoProcessor
-        self.folder = resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
+        ctx, self.folder = run_context(ctx), resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), ctx.max_pixels, resolve_device(ctx.device)
         self.query_instruction, self.unit_instruction, self.max_length = query_instruction, unit_instruction, int(max_length)
         from transformers.utils import logging as hf_logging
         verbosity = hf_logging.get_verbosity()
@@ -321,12 +324,13 @@ def encode_image_units(self: VLMEmbedder, units: Sequence[Unit], batch_size: int
 class ColPaliEncoder:
     "ColQwen2/ColPali token-level embeddings (transformers native, or colpali-engine): lists of L2-normalised `(n_tokens, dim)` matrices."
     modality = 'image'
-    def __init__(self, model: str, max_pixels: int = DEFAULT_MAX_PIXELS, backend: str = 'auto', device: Optional[str] = None, dtype=None):
+    def __init__(self, model: str, backend: str = 'auto', dtype=None, *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's): the image budget `max_pixels` and the `device` (None: CUDA when available)."
         import torch
         from transformers import AutoConfig
         if backend not in ('auto', 'transformers', 'colpali_engine'): raise ValueError(f"backend {backend!r}: expected 'auto', 'transformers' or 'colpali_engine'")
-        self.folder = resolve_model_folder(model)
-        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), int(max_pixels), resolve_device(device)
+        ctx, self.folder = run_context(ctx), resolve_model_folder(model)
+        self.name, self.max_pixels, self.device = model_slug(str(model).rstrip('/').split('/')[-1]), ctx.max_pixels, resolve_device(ctx.device)
         dt = resolve_dtype(dtype) or torch.float32
         try: mtype = AutoConfig.from_pretrained(str(self.folder)).model_type
         except (ValueError, OSError): mtype = None
@@ -491,12 +495,10 @@ def _image_cache(cache_dir): return EmbeddingCache(stage_dir('embeddings', cache
 
 @register_retriever('clip', model='required', options={'batch_size': Option(int, 8, min=1)},
                     help='a CLIP/SigLIP dual encoder (needs weights: hub id or folder): image units by the image tower')
-def _clip(spec, opts, *, cache_dir=None, max_pixels=None, device=None):
-    enc = CLIPEncoder(spec.model, max_pixels=max_pixels or DEFAULT_MAX_PIXELS, device=device)
-    return ImageRetriever(enc, cache=_image_cache(cache_dir), batch_size=opts['batch_size'])
+def _clip(spec, opts, *, ctx: RunContext):
+    return ImageRetriever(CLIPEncoder(spec.model, ctx=ctx), cache=_image_cache(ctx.cache_dir), batch_size=opts['batch_size'])
 
 @register_retriever('vlm', model='required', options={'batch_size': Option(int, 8, min=1)},
                     help='a single-vector VLM embedder (Qwen2/3-VL style; needs weights): images and text in one input')
-def _vlm(spec, opts, *, cache_dir=None, max_pixels=None, device=None):
-    enc = VLMEmbedder(spec.model, max_pixels=max_pixels or DEFAULT_MAX_PIXELS, device=device)
-    return ImageRetriever(enc, cache=_image_cache(cache_dir), batch_size=opts['batch_size'])
+def _vlm(spec, opts, *, ctx: RunContext):
+    return ImageRetriever(VLMEmbedder(spec.model, ctx=ctx), cache=_image_cache(ctx.cache_dir), batch_size=opts['batch_size'])

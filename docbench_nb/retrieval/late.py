@@ -11,6 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from ..records import Unit, Query, Run
 from ..spec import Option
+from ..context import RunContext
 from ..cache import stage_dir, atomic_save_npy, atomic_write_json, load_npy_verified
 from .unit_index import group_by_doc, write_units, read_units, check_units, top_docs, IndexStore, units_digest, shard_unit_ids
 from .encoders import model_fingerprint, text_key
@@ -471,15 +472,15 @@ def _token_cache(cache_dir): return TokenCache(stage_dir('tokens', cache_dir)) i
 
 @register_retriever('late', model='optional', options=LATE_OPTIONS,
                     help='late interaction (MaxSim) over per-token vectors of a text encoder (default: bundled MiniLM)')
-def _late(spec, opts, *, cache_dir=None, device=None, **ctx):
+def _late(spec, opts, *, ctx: RunContext):
     "'late' → MiniLM token vectors; 'late:<hub id or folder>' → that model; 'late?dtype=float16&pool=2&dim=128'."
     enc_kw = {k2: opts[k] for k, k2 in (('pool', 'pool_factor'), ('pool_method', 'pool_method'), ('dim', 'dim'))
               if opts[k] is not None and opts[k] != LATE_OPTIONS[k].default}
-    encoder = token_encoder(spec.model, device=device, **enc_kw) if (enc_kw or device) else spec.model
-    return LateRetriever(encoder, cache=_token_cache(cache_dir), dtype=opts['dtype'], store=IndexStore.for_cache(cache_dir))
+    encoder = token_encoder(spec.model, ctx=ctx, **enc_kw) if (enc_kw or ctx.device) else spec.model
+    return LateRetriever(encoder, cache=_token_cache(ctx.cache_dir), dtype=opts['dtype'], store=IndexStore.for_cache(ctx))
 
 @register_retriever('colpali', model='required', options={'dtype': LATE_OPTIONS['dtype']},
                     help='ColPali/ColQwen2 multi-vector image embeddings (needs weights: hub id or folder) + exact MaxSim')
-def _colpali(spec, opts, *, cache_dir=None, max_pixels=None, device=None, **ctx):
-    enc = ColPaliEncoder(spec.model, **({'max_pixels': max_pixels} if max_pixels else {}), device=device)
-    return LateRetriever(enc, cache=_token_cache(cache_dir), dtype=opts['dtype'], store=IndexStore.for_cache(cache_dir))
+def _colpali(spec, opts, *, ctx: RunContext):
+    return LateRetriever(ColPaliEncoder(spec.model, ctx=ctx), cache=_token_cache(ctx.cache_dir), dtype=opts['dtype'],
+                         store=IndexStore.for_cache(ctx))

@@ -19,6 +19,7 @@ from .chunking import chunk_spans, clip_tokens, counting_tokenizer
 from ..spec import Option
 from .encoders import load_encoder, as_encoder, model_fingerprint
 from .registry import RetrieverBase, register_retriever, make_retriever
+from ..context import RunContext
 
 # %% auto #0
 __all__ = ['OCR_ENGINES', 'group_lines', 'xy_cut', 'reading_order_text', 'OCRError', 'engine_id', 'ocr_record', 'ocr_image',
@@ -291,9 +292,9 @@ def precompute(self: OCRRetriever, units: Sequence[Unit] = (), queries: Sequence
                              'timeout': Option(float, 120, min=0, help='seconds per image'),
                              'on_error': Option(str, 'warn', choices=('warn', 'raise'), help='an unreadable image')},
                     help=f"OCR image units ({' or '.join(OCR_ENGINES)}; default rapidocr), then the retriever SPEC over the text")
-def _ocr_retriever(spec, opts, *, cache_dir=None, max_pixels=None, device=None):
+def _ocr_retriever(spec, opts, *, ctx: RunContext):
     engine = spec.model or 'rapidocr'
     if engine not in OCR_ENGINES: raise ValueError(f"OCR retriever spec {str(spec)!r}: unknown engine {engine!r}; expected one of {OCR_ENGINES}")
-    inner = make_retriever(spec.inner, cache_dir=cache_dir, max_pixels=max_pixels, device=device)
-    return OCRRetriever(inner, engine=engine, cache_dir=cache_dir, timeout=opts['timeout'], lang=opts['lang'].replace(',', '+'),
+    inner = make_retriever(spec.inner, ctx=ctx)
+    return OCRRetriever(inner, engine=engine, cache_dir=ctx.cache_dir, timeout=opts['timeout'], lang=opts['lang'].replace(',', '+'),
                         on_error=opts['on_error'], chunk_size=opts['chunk'])

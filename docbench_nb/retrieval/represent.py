@@ -12,13 +12,13 @@ from ..spec import Registry, Option, Spec, parse_spec
 from .chunking import token_offsets, chunk_spans, default_tokenizer
 from ..workers import map_bounded, default_workers, WorkFailure
 from tqdm.auto import tqdm
-from ..context import DEFAULT_MAX_PIXELS, RunContext, run_context
+from ..context import RunContext, run_context, SETTINGS
 
 # %% auto #0
 __all__ = ['DEFAULT_DESCRIBER', 'DESCRIBERS', 'REPRESENTATIONS', 'REPRESENT_TIME_LIMIT', 'PaperNotes', 'paper_notes', 'Describer',
            'describe_figure', 'SourceDescriber', 'register_describer', 'check_describer_spec', 'make_describer',
-           'describer_help', 'figure_section', 'text_units', 'text_caption_units', 'register_representation',
-           'takes_describer', 'Represented', 'represent']
+           'describer_help', 'figure_section', 'text_units', 'representation_context', 'text_caption_units',
+           'register_representation', 'takes_describer', 'Represented', 'represent']
 
 # %% ../../nbs/03_retrieval/01_represent.ipynb #2577ba5e
 @dataclass
@@ -69,7 +69,7 @@ DEFAULT_DESCRIBER = 'source+ocr'
 DESCRIBERS = Registry('describer', entry_point_group='docbench.describers')
 
 def register_describer(kind: str, *, model: str = 'optional', options: Optional[dict] = None, help: str = '', model_name: str = 'MODEL'):
-    "Decorator for a describer factory `f(spec, opts, *, cache_dir, max_pixels) -> Describer` (see `spec.Registry.register`)."
+    "Decorator for a describer factory `f(spec, opts, *, ctx: RunContext) -> Describer` (see `spec.Registry.register`)."
     return DESCRIBERS.register(kind, model=model, options=options, help=help, model_name=model_name)
 
 def _describer_spec(spec) -> Spec:
@@ -86,13 +86,13 @@ def check_describer_spec(spec) -> Spec:
 
 def make_describer(spec=None, *, ctx: Optional[RunContext] = None, **settings) -> Describer:
     """A describer from a spec — `source`, `source+ocr[:ENGINE]` (the default), `chat:MODEL[@URL]` or
-    `chat:MODEL?base_url=URL`, `hf:MODEL` (see `describer_help()`) — or a describer object (returned as is). Its cache
-    root and image budget come from `ctx` (or `RunContext` fields as keywords)."""
+    `chat:MODEL?base_url=URL`, `hf:MODEL` (see `describer_help()`) — or a describer object (returned as is). Its factory
+    gets the run context `ctx` (or `RunContext` fields as keywords), and reads its cache root, image budget and device there."""
     if spec is not None and not isinstance(spec, (str, Spec)):
         if callable(getattr(spec, 'describe', None)) and isinstance(getattr(spec, 'name', None), str): return spec
         raise TypeError(f"describer must be a spec string or have `name` and `describe(paper, figure)`; got {type(spec).__name__}")
     ctx = run_context(ctx, **settings)
-    return DESCRIBERS.build(_describer_spec(spec), cache_dir=ctx.cache_dir, max_pixels=ctx.max_pixels)
+    return DESCRIBERS.build(_describer_spec(spec), ctx=ctx)
 
 def describer_help() -> str:
     "Every registered describer kind with its usage, help and options (what `docbench describers` prints)."
@@ -100,7 +100,7 @@ def describer_help() -> str:
 
 @register_describer('source', model='none', options={'max_refs': Option(int, 3, min=0, help='referencing sentences kept')},
                     help='caption + the sentences that reference the figure (offline, no image model)')
-def _source_describer(spec, opts, **ctx): return SourceDescriber(max_refs=opts['max_refs'])
+def _source_describer(spec, opts, *, ctx: RunContext): return SourceDescriber(max_refs=opts['max_refs'])
 
 # %% ../../nbs/03_retrieval/01_represent.ipynb #2a65d190
 def figure_section(paper: Paper, describer: Describer | None = None, warn: Optional[Callable] = None) -> str:
@@ -122,14 +122,21 @@ def text_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: int = 0,
         units.append(Unit(paper.id, f'{paper.id}#t0', 'text', paper.title, span=(0, 0)))
     return units
 
-def text_caption_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: int = 0,
-                       describer: Describer | None = None, notes: Optional[PaperNotes] = None, cache_dir=None,
-                       max_pixels: int = DEFAULT_MAX_PIXELS, **kw) -> list:
-    "The `text+captions` representation: text chunks plus the chunked figure-description section."
+def representation_context(ctx: Optional[RunContext], kw: dict, who: str) -> RunContext:
+    """The run context a representation function runs under: `ctx`, default the environment's. A run setting among
+    its other keywords (`max_pixels=`, `cache_dir=`) is refused rather than ignored: it belongs in `ctx`."""
+    loose = sorted(k for k in kw if k in SETTINGS)
+    if loose: raise TypeError(f"{who}: {', '.join(loose)}: run settings go in the run context, ctx=RunContext({loose[0]}=...)")
+    return run_context(ctx)
+
+def text_caption_units(paper: Paper, tokenizer, chunk_size: int = 512, overlap: int = 0, describer: Describer | None = None,
+                       notes: Optional[PaperNotes] = None, *, ctx: Optional[RunContext] = None, **kw) -> list:
+    "The `text+captions` representation: text chunks plus the chunked figure-description section (a describer spec built under `ctx`)."
+    ctx = representation_context(ctx, kw, 'text_caption_units')
     units = text_units(paper, tokenizer, chunk_size, overlap)
     if not paper.figures: return units
     notes = paper_notes(notes, paper)
-    describer = make_describer(describer, cache_dir=cache_dir, max_pixels=max_pixels)
+    describer = make_describer(describer, ctx=ctx)
     sec = figure_section(paper, describer, notes.warn)
     for n, (s, e) in enumerate(chunk_spans(sec, tokenizer, chunk_size, overlap) if sec else []):
         units.append(Unit(paper.id, f'{paper.id}#c{n}', 'text', sec[s:e], span=(len(paper.text), len(paper.text)),
@@ -143,7 +150,7 @@ REPRESENTATIONS: dict = {
 }
 
 def register_representation(name: str, fn: Callable):
-    "Add a representation `fn(paper, tokenizer, chunk_size, overlap, *, notes: PaperNotes, **kw) -> list[Unit]`."
+    "Add a representation `fn(paper, tokenizer, chunk_size, overlap, *, notes: PaperNotes, ctx: RunContext, **kw) -> list[Unit]`."
     REPRESENTATIONS[name] = fn
 
 def takes_describer(representation: str) -> bool:
@@ -189,13 +196,16 @@ def _serial_only(kw) -> bool:
 
 # %% ../../nbs/03_retrieval/01_represent.ipynb #rp000002
 def represent(papers, representation: str = 'text', tokenizer=None, chunk_size: int = 512, overlap: int = 0,
-              progress: bool = False, workers: Optional[int] = 1, **kw) -> Represented:
+              progress: bool = False, workers: Optional[int] = 1, *, ctx: Optional[RunContext] = None, **kw) -> Represented:
     """All units of `papers` under `representation` (see `REPRESENTATIONS`), with the warnings and render paths met on
     the way. `workers` processes (None: every core; 1: here); a paper that fails or runs past `REPRESENT_TIME_LIMIT`
-    gets a warning and no units, and the others go on. Units come back in paper order either way."""
+    gets a warning and no units, and the others go on. Units come back in paper order either way. The representation
+    runs under the run context `ctx` (default: the environment's; run settings given as keywords, `cache_dir=`,
+    `max_pixels=`, go over it); the other keywords are the representation's own."""
     if representation not in REPRESENTATIONS:
         raise ValueError(f"unknown representation {representation!r}; available: {sorted(REPRESENTATIONS)}")
     if tokenizer is None: tokenizer = default_tokenizer()
+    kw['ctx'] = run_context(ctx, **{k: kw.pop(k) for k in list(kw) if k in SETTINGS})
     fn, papers = REPRESENTATIONS[representation], list(papers)
     n = 1 if _serial_only(kw) else min(default_workers(workers), len(papers))
     run = lambda p: _one(fn, p, tokenizer, chunk_size, overlap, kw)

@@ -4,11 +4,12 @@
 
 # %% ../../nbs/03_retrieval/05_text_retrievers.ipynb #dfad6c38
 from __future__ import annotations
-import json, os, shutil, tempfile
+import dataclasses, json, os, shutil, tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 from ..records import Unit, Query, Run
+from ..context import RunContext
 from ..spec import Option
 from ..cache import stage_dir, atomic_write_json, content_key
 from .unit_index import (group_by_doc, DenseIndex, check_units, duplicate_ids, empty_run, check_query_ids,
@@ -607,8 +608,8 @@ _BM25_OPTIONS = {'k1': Option(float, 1.5, min=0, help='term-frequency saturation
                  'stemmer': Option(str, None, help="'english' (PyStemmer) or 'auto' (if installed); default none")}
 
 @register_retriever('bm25', model='none', options=_BM25_OPTIONS, help='BM25 keyword search (bm25s) over unit text')
-def _bm25(spec, opts, *, cache_dir=None, **ctx):
-    return BM25Retriever(store=IndexStore.for_cache(cache_dir), **{k: v for k, v in opts.items() if v is not None})
+def _bm25(spec, opts, *, ctx: RunContext):
+    return BM25Retriever(store=IndexStore.for_cache(ctx), **{k: v for k, v in opts.items() if v is not None})
 
 _DENSE_OPTIONS = {'batch_size': Option(int, 32, min=1),
                   'index': Option(str, 'exact', choices=ANN_INDEXES, help='exact (default), or approximate faiss hnsw / ivf'),
@@ -616,25 +617,23 @@ _DENSE_OPTIONS = {'batch_size': Option(int, 32, min=1),
                   'nlist': Option(int, 0, min=0, help='ivf lists (0: 4*sqrt(units))'), 'nprobe': Option(int, 16, min=1, help='ivf lists scanned'),
                   'backend': Option(str, None, choices=ENCODER_BACKENDS, help='encoder runtime: torch (default), onnx (fp32, CPU) or onnx-int8 (CPU)')}
 
-def _encoder_kw(opts, cache_dir, device) -> dict:
-    "Keywords for `load_encoder`: the device, and an ONNX backend with the cache root its export is kept under."
-    onnx = opts.get('backend') not in (None, 'torch')
-    kw = {'device': device} if device and not onnx else {}     # ONNX Runtime runs on the CPU, whatever device the run names
-    if onnx: kw.update(backend=opts['backend'], cache_dir=cache_dir)
-    return kw
+def _encoder_kw(opts, ctx: RunContext) -> dict:
+    "Keywords for `load_encoder`: the run context (device; the cache root an ONNX export is kept under) and the backend."
+    if opts.get('backend') in (None, 'torch'): return {'ctx': ctx}
+    return {'backend': opts['backend'], 'ctx': dataclasses.replace(ctx, device=None)}   # ONNX Runtime runs on the CPU, whatever device the run names
 
 @register_retriever('dense', model='optional', options=_DENSE_OPTIONS,
                     help='a text embedder (default: bundled all-MiniLM-L6-v2) + max-over-units search (exact by default)')
-def _dense(spec, opts, *, cache_dir=None, device=None, **ctx):
+def _dense(spec, opts, *, ctx: RunContext):
     ann = {k: opts[k] for k in ('index', 'm', 'ef_search', 'nlist', 'nprobe')}
-    return DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, cache_dir, device)),
-                          cache=_embedding_cache(cache_dir), batch_size=opts['batch_size'], ann=ann, store=IndexStore.for_cache(cache_dir))
+    return DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, ctx)),
+                          cache=_embedding_cache(ctx.cache_dir), batch_size=opts['batch_size'], ann=ann, store=IndexStore.for_cache(ctx))
 
 @register_retriever('hybrid', model='optional', options={'k_rrf': Option(int, 60, min=1, help='RRF constant'),
                                                          'depth': Option(int, 100, min=1, help='ranks fused per part'),
                                                          'backend': _DENSE_OPTIONS['backend']},
                     help='reciprocal rank fusion of bm25 and dense[:MODEL]')
-def _hybrid(spec, opts, *, cache_dir=None, device=None, **ctx):
-    store = IndexStore.for_cache(cache_dir)
-    dense = DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, cache_dir, device)), cache=_embedding_cache(cache_dir), store=store)
+def _hybrid(spec, opts, *, ctx: RunContext):
+    store = IndexStore.for_cache(ctx)
+    dense = DenseRetriever(load_encoder(_encoder_spec(spec), **_encoder_kw(opts, ctx)), cache=_embedding_cache(ctx.cache_dir), store=store)
     return HybridRetriever([BM25Retriever(store=store), dense], k_rrf=opts['k_rrf'], depth=opts['depth'])

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 from ..cache import stage_dir, atomic_save_npy, atomic_write_json, cached_compute, load_npy_checked
+from ..context import RunContext, run_context
 from .encoders import (default_text_model_path, resolve_model_folder, read_st_config, model_slug, resolve_dtype,
                                             folder_digest, check_texts, model_fingerprint, text_key)
 from fastcore.basics import patch
@@ -86,7 +87,8 @@ class HFTokenEncoder:
     def __init__(self, model: Optional[str] = None, dim: Optional[int] = None, pool_factor: int = 1,
                  pool_method: str = 'sequential', skip_punct: bool = True, keep_special: bool = False,
                  query_max_length: int = 64, doc_max_length: Optional[int] = None, long_text: str = 'window',
-                 seed: int = 0, device: Optional[str] = None, dtype=None, trust_remote_code: bool = False):
+                 seed: int = 0, dtype=None, trust_remote_code: bool = False, *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's), whose `device` the model runs on (None: CUDA when available)."
         import torch
         from transformers import AutoModel, AutoTokenizer
         if long_text not in ('window', 'truncate'): raise ValueError(f"long_text {long_text!r}: expected 'window' or 'truncate'")
@@ -97,7 +99,7 @@ class HFTokenEncoder:
         refuse_colbert_checkpoint(self.folder)
         cfg = read_st_config(self.folder)
         tf_folder = self.folder/cfg['transformer_path'] if cfg['transformer_path'] else self.folder
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.device = run_context(ctx).device or ('cuda' if torch.cuda.is_available() else 'cpu')
         self.tokenizer = AutoTokenizer.from_pretrained(str(tf_folder), trust_remote_code=trust_remote_code)
         if self.tokenizer.pad_token_id is None:
             if self.tokenizer.eos_token is None: raise ValueError(f"{self.model_id}: tokenizer has neither a pad nor an eos token")
@@ -136,7 +138,8 @@ class HFTokenEncoder:
 class ColBERTEncoder:
     "A ColBERT/PyLate checkpoint encoded as PyLate does: markers, query expansion, trained projection, per-token L2, skiplist."
     modality = 'text'
-    def __init__(self, model: str, device: Optional[str] = None, dtype=None, batch_size: int = 32):
+    def __init__(self, model: str, dtype=None, batch_size: int = 32, *, ctx: Optional[RunContext] = None):
+        "`ctx`: the run context (default: the environment's), whose `device` the model runs on (None: CUDA when available)."
         import torch
         from transformers import AutoModel, AutoTokenizer
         self.model_id, self.folder = model, resolve_model_folder(model)
@@ -146,10 +149,10 @@ class ColBERTEncoder:
         if not modules or kinds[0] != 'Transformer' or any(k != 'Dense' for k in kinds[1:]):
             raise ValueError(f"{self.folder}: modules {kinds} are not a PyLate ColBERT (Transformer then Dense layers); refused")
         tf = self.folder/modules[0].get('path', '')
-        self.device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+        self.device = run_context(ctx).device or ('cuda' if torch.cuda.is_available() else 'cpu')
         self.tokenizer = AutoTokenizer.from_pretrained(str(tf))
         self.model = AutoModel.from_pretrained(str(tf), dtype=resolve_dtype(dtype) or torch.float32).to(self.device).eval()
-        self.dense = [_load_colbert_dense(self.folder/m['path'], self.device) for m in modules[1:]]
+        self.dense = [self._load_dense(self.folder/m['path']) for m in modules[1:]]
         self.lower = bool(sb.get('do_lower_case', False))
         self.query_length, self.max_length = int(st.get('query_length') or 32), int(st.get('document_length') or 180)
         self.expand = bool(st.get('do_query_expansion', True))
@@ -183,8 +186,9 @@ class _Dense:
         if self.residual is not None: y = y + (x @ self.residual.T if self.residual is not True else x)
         return y
 
-def _load_colbert_dense(folder, device):
-    "Read a `Dense` module folder (config.json + safetensors or bin); refuse what `_Dense` would not compute faithfully."
+@patch
+def _load_dense(self: ColBERTEncoder, folder) -> _Dense:
+    "Read a `Dense` module folder (config.json + safetensors or bin) onto the encoder's device; refuse what `_Dense` would not compute faithfully."
     import torch
     cfg = _json_file(folder/'config.json') or {}
     act = str(cfg.get('activation_function', 'torch.nn.modules.linear.Identity'))
@@ -199,7 +203,7 @@ def _load_colbert_dense(folder, device):
     res = None
     if cfg.get('use_residual'):
         res = sd.get('residual.weight', True) if cfg.get('in_features') != cfg.get('out_features') else True
-    t = lambda a: a.float().to(device) if hasattr(a, 'to') else a
+    t = lambda a: a.float().to(self.device) if hasattr(a, 'to') else a
     return _Dense(t(w), t(sd['linear.bias']) if 'linear.bias' in sd else None, t(res))
 
 # %% ../../nbs/03_retrieval/06a_token_encoders.ipynb #f2114d79
@@ -261,10 +265,10 @@ def encode_units(self: ColBERTEncoder, texts: Sequence[str], batch_size: int = N
 def token_encoder(model=None, **kw):
     "The late encoder for `model`: `ColBERTEncoder` for a ColBERT/PyLate checkpoint, else `HFTokenEncoder` (raw hidden states)."
     if model is not None and colbert_features(resolve_model_folder(model)):
-        unsupported = {k: v for k, v in kw.items() if k not in ('device', 'dtype') and v is not None}
+        unsupported = {k: v for k, v in kw.items() if k not in ('ctx', 'dtype') and v is not None}
         if unsupported: raise ValueError(f"{model}: options {sorted(unsupported)} do not apply to a ColBERT checkpoint (its projection "
                                          "and lengths are trained); refused rather than approximated")
-        return ColBERTEncoder(model, **{k: v for k, v in kw.items() if k in ('device', 'dtype')})
+        return ColBERTEncoder(model, **{k: v for k, v in kw.items() if k in ('ctx', 'dtype')})
     return HFTokenEncoder(model, **kw)
 
 # %% ../../nbs/03_retrieval/06a_token_encoders.ipynb #e46bec85

@@ -13,11 +13,12 @@ from fastcore.basics import patch
 import hashlib, os, re, shutil, stat, tempfile, warnings
 from ..cache import atomic_open, atomic_write, atomic_write_json, atomic_save_npy, load_npy_verified
 from ..cache import CACHE_STAGES, cache_root, stage_dir, content_key, file_sha256, inside_root, OutsideRootError, short_repr
+from ..context import RunContext
 
 # %% auto #0
 __all__ = ['ANN_INDEXES', 'INDEX_STAGE', 'INDEX_FORMAT', 'group_by_doc', 'check_units', 'check_ann', 'write_units', 'read_units',
-           'duplicate_ids', 'empty_run', 'check_query_ids', 'top_docs', 'DenseIndex', 'index_root', 'units_digest',
-           'IndexStore', 'shard_unit_ids']
+           'duplicate_ids', 'empty_run', 'check_query_ids', 'top_doc_indices', 'top_docs', 'DenseIndex', 'index_root',
+           'units_digest', 'IndexStore', 'shard_unit_ids']
 
 # %% ../../nbs/03_retrieval/03_unit_index.ipynb #7f44b98b
 def group_by_doc(doc_ids: Sequence[str]):
@@ -89,17 +90,27 @@ def check_query_ids(query_ids, n, who):
     return query_ids
 
 # %% ../../nbs/03_retrieval/03_unit_index.ipynb #b66509c5
+def top_doc_indices(m: np.ndarray, k: int, docs: Sequence[str], min_score: Optional[float] = None) -> list:
+    """Indices of the `k` best document scores `m`, best first, ties in trec_eval's order (document id descending),
+    at the cut too; scores `<= min_score` left out (and NaN, which no order places)."""
+    n, kk = len(m), min(int(k), len(m))
+    if kk < 1: return []
+    if kk < n:
+        v = np.partition(m, n - kk)[n - kk]                       # the k-th best score: all above it, then its ties
+        idx = np.concatenate([np.flatnonzero(m > v), np.flatnonzero(m == v)])
+    else: idx = np.flatnonzero(~np.isnan(m))
+    if min_score is not None: idx = idx[m[idx] > min_score]
+    idx = sorted(idx.tolist(), key=lambda i: docs[i], reverse=True)   # ties: document id descending ...
+    return sorted(idx, key=lambda i: -float(m[i]))[:kk]                # ... within score descending (a stable sort)
+
 def top_docs(unit_scores: np.ndarray, starts: np.ndarray, docs: Sequence[str], unit_ids: Sequence[str], k: int,
              min_score: Optional[float] = None) -> tuple:
     """`({doc: score}, {doc: best unit id})` of one query's top-`k` documents; a document scores the max over its units
     (`starts[i]` is document `docs[i]`'s first unit); documents scoring `<= min_score` are left out."""
     m = np.maximum.reduceat(unit_scores, starts)
     ends = np.append(starts[1:], len(unit_scores))
-    kk = min(k, len(m))
-    top = np.argpartition(-m, kk - 1)[:kk] if kk < len(m) else np.arange(len(m))
     scores, prov = {}, {}
-    for d in top[np.argsort(-m[top], kind='stable')]:
-        if min_score is not None and m[d] <= min_score: break
+    for d in top_doc_indices(m, k, docs, min_score):
         scores[docs[d]] = float(m[d]); prov[docs[d]] = unit_ids[starts[d] + int(np.argmax(unit_scores[starts[d]:ends[d]]))]
     return scores, prov
 
@@ -169,9 +180,8 @@ def _search_numpy(self: DenseIndex, q, kk):
     for s in range(0, len(q), rows):
         S = q[s:s + rows] @ self.vectors.T                          # (rows, n_units)
         M = np.maximum.reduceat(S, starts, axis=1)                   # (rows, n_docs): exact max per doc
-        top = np.argpartition(-M, kk - 1, axis=1)[:, :kk] if kk < M.shape[1] else np.tile(np.arange(M.shape[1]), (len(M), 1))
         for r in range(len(M)):
-            docs = top[r][np.argsort(-M[r, top[r]], kind='stable')]
+            docs = np.asarray(top_doc_indices(M[r], kk, self._docs), dtype=np.intp)     # ties as trec_eval orders them
             best = [starts[d] + int(np.argmax(S[r, starts[d]:ends[d]])) for d in docs]
             yield docs, M[r, docs], best
 
@@ -305,9 +315,10 @@ class IndexStore:
     def __init__(self, root):
         self.root, self.built, self.loaded, self.damaged = Path(root), 0, 0, 0
     @classmethod
-    def for_cache(cls, cache_dir=None) -> 'IndexStore':
-        "The store of the cache root `cache_dir` (default: `$DOCBENCH_CACHE`, else `~/.cache/docbench`)."
-        return cls(index_root(cache_dir))
+    def for_cache(cls, ctx: Optional[RunContext] = None) -> 'IndexStore':
+        """The store under the cache root of run context `ctx` (None, or a context without one: `$DOCBENCH_CACHE`, else
+        `~/.cache/docbench`). A cache folder given instead of a context is taken as the root."""
+        return cls(index_root(ctx.cache_dir if isinstance(ctx, RunContext) else ctx))
     def __repr__(self): return f"IndexStore({str(self.root)!r}, built={self.built}, loaded={self.loaded}, damaged={self.damaged})"
 
     def key(self, kind: str, settings: dict, units, model: str = '', versions: Optional[dict] = None) -> str:

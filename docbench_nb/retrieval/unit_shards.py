@@ -228,7 +228,7 @@ def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx
                                    time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb, keys=keys[s:s + batch])
         _mark_identical(ps, same)
         rep = represent(ps, representation, tokenizer=tokenizer, chunk_size=chunk_size, overlap=overlap, progress=False,
-                        cache_dir=ctx.cache_dir, workers=ctx.workers, **kw)
+                        workers=ctx.workers, ctx=ctx, **kw)
         units = rep.units
         if step is not None:
             units, info, tr = step(ps, units); steps.append(info); transient += list(tr)
@@ -289,7 +289,7 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     keys = source_keys(srcs, ctx.workers)                 # every source hashed once, on every core
     for g in (g for g in _same_sources(ids, keys).values() if len(g) > 1):
         warnings.warn(f"papers {', '.join(g)} have identical sources; they stay {len(g)} papers (parsed once)", stacklevel=2)
-    store = IndexStore.for_cache(ctx.cache_dir)
+    store = IndexStore.for_cache(ctx)
     key = content_key('unit-shards', SHARD_FORMAT, representation, json.dumps(kw, sort_keys=True), chunk_size, overlap,
                       tokenizer_fingerprint(tokenizer), batch, _code_digest(representation), ctx.parse_time_limit,
                       ctx.parse_memory_mb, json.dumps(list(zip(ids, keys))),

@@ -6,21 +6,23 @@
 from __future__ import annotations
 from ..records import Paper, Unit
 from .chunking import chunk_spans
-from .represent import register_representation, PaperNotes, paper_notes
+from typing import Optional
+from .represent import register_representation, PaperNotes, paper_notes, representation_context
 from ..pages.assets import convert_paper_figures
 from ..pages.render import render_paper
 from ..pages.pagemap import map_paper
-from ..context import DEFAULT_MAX_PIXELS
+from ..context import RunContext
 
 # %% auto #0
 __all__ = ['figure_units', 'page_units', 'nearest_figures', 'interleaved_units', 'page_latex_units']
 
 # %% ../../nbs/03_retrieval/09_visual_units.ipynb #d4d86517
-def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
-                 with_caption: bool = False, cache_dir=None, notes: PaperNotes | None = None, **kw) -> list:
-    "The `figures` representation: one unit per converted figure image (optionally with its caption as text)."
+def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, with_caption: bool = False,
+                 notes: PaperNotes | None = None, *, ctx: Optional[RunContext] = None, **kw) -> list:
+    "The `figures` representation: one unit per figure image converted under `ctx`'s budget and cache (optionally with its caption as text)."
+    ctx = representation_context(ctx, kw, 'figure_units')
     notes = paper_notes(notes, paper)
-    pngs, warns = convert_paper_figures(paper, max_pixels=max_pixels, cache_dir=cache_dir)
+    pngs, warns = convert_paper_figures(paper, max_pixels=ctx.max_pixels, cache_dir=ctx.cache_dir)
     for w in warns: notes.warn(w)
     units, n = [], 0
     for fi, f in enumerate(paper.figures):
@@ -32,11 +34,12 @@ def figure_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pi
     return units
 
 # %% ../../nbs/03_retrieval/09_visual_units.ipynb #8842b299
-def page_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
-               cache_dir=None, timeout: float = 120, max_pages=None, notes: PaperNotes | None = None, **kw) -> list:
-    "The `pages` (document-as-image) representation: one unit per rendered page, recording the render path."
+def page_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, timeout: float = 120, max_pages=None,
+               notes: PaperNotes | None = None, *, ctx: Optional[RunContext] = None, **kw) -> list:
+    "The `pages` (document-as-image) representation: one unit per page rendered under `ctx`'s budget and cache, recording the render path."
+    ctx = representation_context(ctx, kw, 'page_units')
     notes = paper_notes(notes, paper)
-    r = render_paper(paper, max_pixels=max_pixels, cache_dir=cache_dir, timeout=timeout, max_pages=max_pages)
+    r = render_paper(paper, max_pixels=ctx.max_pixels, cache_dir=ctx.cache_dir, timeout=timeout, max_pages=max_pages)
     for w in r.warnings: notes.warn(f'{paper.id}: render: {w}')
     notes.render_path = r.path
     return [Unit(paper.id, f'{paper.id}#p{i}', 'page', '', images=[png], meta={'page': i + 1, 'render_path': r.path})
@@ -51,12 +54,13 @@ def nearest_figures(span, figures, n: int = 2) -> list:
     order = sorted(range(len(figures)), key=lambda i: (dist(figures[i]), i))
     return order[:n]
 
-def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pixels: int = DEFAULT_MAX_PIXELS,
-                      n_images: int = 2, image_share: float = 0.5, cache_dir=None, notes: PaperNotes | None = None, **kw) -> list:
-    "The `interleaved` representation: text chunks, each with the images of its `n_images` nearest figures, within a `chunk_size` token budget of which `image_share` is kept for the images."
+def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, n_images: int = 2, image_share: float = 0.5,
+                      notes: PaperNotes | None = None, *, ctx: Optional[RunContext] = None, **kw) -> list:
+    "The `interleaved` representation: text chunks, each with the images (converted under `ctx`) of its `n_images` nearest figures, within a `chunk_size` token budget of which `image_share` is kept for the images."
     if not 0 <= image_share < 1: raise ValueError(f"image_share must be in [0, 1), got {image_share}")
+    ctx = representation_context(ctx, kw, 'interleaved_units')
     notes = paper_notes(notes, paper)
-    pngs, warns = convert_paper_figures(paper, max_pixels=max_pixels, cache_dir=cache_dir)
+    pngs, warns = convert_paper_figures(paper, max_pixels=ctx.max_pixels, cache_dir=ctx.cache_dir)
     for w in warns: notes.warn(w)
     figs = [f for f in paper.figures if any(r in pngs for r in f.images)]
     image_tokens = int(round(chunk_size * image_share)) if figs else 0   # a paper without figures keeps the whole budget for text
@@ -70,11 +74,12 @@ def interleaved_units(paper: Paper, tokenizer, chunk_size=512, overlap=0, max_pi
                                 'image_tokens': image_tokens if imgs else 0}))
     return units
 
-def page_latex_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, cache_dir=None, timeout: float = 120,
-                     notes: PaperNotes | None = None, **kw) -> list:
-    "The `page-latex` representation: one text unit per rendered page, the LaTeX text SyncTeX places on it (`PageMap.page_text`)."
+def page_latex_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, timeout: float = 120,
+                     notes: PaperNotes | None = None, *, ctx: Optional[RunContext] = None, **kw) -> list:
+    "The `page-latex` representation: one text unit per rendered page (page map cached under `ctx`), the LaTeX text SyncTeX places on it (`PageMap.page_text`)."
+    ctx = representation_context(ctx, kw, 'page_latex_units')
     notes = paper_notes(notes, paper)
-    pm = map_paper(paper, cache_dir=cache_dir, timeout=timeout)
+    pm = map_paper(paper, cache_dir=ctx.cache_dir, timeout=timeout)
     if pm.error: notes.warn(f'{paper.id}: page map: {pm.error}'); return []
     notes.render_path = pm.render_path
     if not pm.page_text: notes.warn(f'{paper.id}: no per-page LaTeX text (mapped by {pm.method}, not SyncTeX)'); return []
