@@ -176,3 +176,17 @@ def test_dry_run_budget_stop_and_resume_through_the_cli(papers, tmp_path):
     assert gen == {'calls': 3, 'prompt_tokens': 240, 'completion_tokens': 60, 'cost': pytest.approx((240 * 2 + 60 * 10) / 1e6)}
     assert sum(m['calls'] for s in att['spent'].values() for m in s.values()) == n_full
     assert att['cost']['generate']['tokens'] == 300
+
+
+def test_a_bm25_round_trip_the_bm25_filter_makes_impossible_is_refused(papers, tmp_path):
+    "The filter keeps only queries whose gold paper BM25 ranks below k; a BM25 round trip at k' <= k then keeps none."
+    ps, _ = papers
+    with ScriptedChatServer(default=reply) as srv:
+        llm = f'openai:scripted@{srv.base_url}?concurrency=1&max_retries=0'
+        for rt in ('bm25@5', 'bm25@3', 'bm25?method=bm25l@2'):
+            with pytest.raises(ValueError, match='would keep no query'):
+                build_queries(None, llm, tmp_path / 'x', papers=ps, bm25_k=5, round_trip=rt)
+        assert srv.n_calls == 0 and not (tmp_path / 'x').exists()                 # refused before any model call or file
+        # a round trip deeper than the filter, another retriever, or no filter: allowed (checked in the other tests)
+        from docbench_nb.queries.build import _check_round_trip
+        for rt, k in ((('bm25', 6), 5), (('dense', 5), 5), (('bm25', 5), 0)): _check_round_trip(rt, k)

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 from ..cache import atomic_write, atomic_write_json
+from ..spec import parse_spec
 from .evidence import (Draft, Evidence, StageRecord, StageStore, EVIDENCE_TYPES, extract_evidence,
                                  read_query_records, write_query_records)
 from .bm25_filter import build_corpus_index, bm25_filter, bm25_k_problem, filter_queries
@@ -127,6 +128,13 @@ def write_final_queries(drafts, path, fn: str = 'keep-flag') -> Path:
     return atomic_write(path, ''.join(json.dumps(graded_record(d), ensure_ascii=False) + '\n' for d in drafts))
 
 # %% ../../nbs/05_queries/05_build.ipynb #d4ea0e33
+def _check_round_trip(rt, bm25_k: int):
+    "Refuse a BM25 round trip the BM25 filter makes impossible: the filter keeps only queries whose gold paper BM25 ranks below k."
+    if rt and bm25_k and parse_spec(rt[0], 'round trip retriever').kind == 'bm25' and rt[1] <= bm25_k:
+        raise ValueError(f"round trip {rt[0]}@{rt[1]} after the BM25 filter at k = {bm25_k} would keep no query: the filter drops "
+                         f"every query whose gold paper BM25 ranks in the top {bm25_k}, this round trip every query whose gold "
+                         f"paper it does not rank in the top {rt[1]}; use another retriever (--round-trip dense@5) or --bm25-k 0")
+
 def _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress) -> dict:
     """The judge's calibration (`calibrate`, cached), metered and budgeted as its own stage; its table written to
     `out/calibration.md`. A budget stop writes `budget.json`; a judge below `min_judge_accuracy` raises `JudgeAccuracyError`."""
@@ -180,6 +188,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if quota and target is None: raise ValueError("a quota needs a target (--target N)")
         quotas = parse_quota(quota, target) if quota else {}
         rt = parse_round_trip(round_trip) if round_trip else None
+        _check_round_trip(rt, bm25_k)
         dedup = (0.9 if target else None) if dedup is None else (dedup or None)
         meter = TokenMeter(budget)
         out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
