@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_base/03_workers.ipynb #wk000004
 from __future__ import annotations
-import contextlib, multiprocessing as mp, os, resource, signal, threading, time, traceback
+import contextlib, itertools, multiprocessing as mp, os, resource, signal, threading, time, traceback
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait as _wait
@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 from tqdm.auto import tqdm
 
 # %% auto #0
-__all__ = ['WorkFailure', 'default_workers', 'imap_bounded', 'map_bounded']
+__all__ = ['WorkFailure', 'default_workers', 'imap_bounded', 'map_bounded', 'imap_forked']
 
 # %% ../nbs/00_base/03_workers.ipynb #wk000007
 @dataclass
@@ -166,3 +166,30 @@ def map_bounded(fn: Callable, items: Iterable, **kw) -> list:
     out = [None] * len(items)
     for i, o in imap_bounded(fn, items, **kw): out[i] = o
     return out
+
+# %% ../nbs/00_base/03_workers.ipynb #0856b12c
+_FORKED: dict = {}
+_FORK_KEYS = itertools.count()
+
+def _call_forked(job):
+    key, item = job
+    return _FORKED[key](item)
+
+def imap_forked(fn: Callable, items: Iterable, workers=None, window: int = 2) -> Iterator:
+    """`fn(item)` for each of `items`, in item order, on `workers` forked processes (None: every core; 1, or no
+    `fork` on this system: here), with at most `window` items per worker in flight, so an item is read only when a
+    slot frees. An exception in `fn` is raised here. `fn` is inherited by the workers, not pickled."""
+    n = default_workers(workers)
+    if n <= 1 or 'fork' not in mp.get_all_start_methods():
+        yield from map(fn, items); return
+    import concurrent.futures as cf
+    key = next(_FORK_KEYS)
+    _FORKED[key] = fn                                     # set before the pool forks its workers
+    try:
+        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('fork')) as pool:
+            pending = deque()
+            for item in items:
+                pending.append(pool.submit(_call_forked, (key, item)))
+                if len(pending) >= window * n: yield pending.popleft().result()
+            while pending: yield pending.popleft().result()
+    finally: _FORKED.pop(key, None)

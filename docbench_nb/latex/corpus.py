@@ -9,7 +9,7 @@ from pathlib import Path
 from ..records import Paper, PaperError
 from . import sources as latex, parse
 from ..cache import stage_dir, atomic_write_json, read_json_entry
-from ..workers import imap_bounded, WorkFailure, default_workers
+from ..workers import imap_bounded, imap_forked, WorkFailure, default_workers
 from ..context import PARSE_TIME_LIMIT, PARSE_MEMORY_MB      # per paper, in its worker
 
 # %% auto #0
@@ -41,9 +41,7 @@ def source_keys(srcs, workers=None) -> list:
     "`source_key` of every source, in order, hashed on `workers` processes (None: every core) when there are many."
     srcs, n = [str(s) for s in srcs], default_workers(workers)
     if n <= 1 or len(srcs) < 64: return [source_key(s) for s in srcs]
-    import concurrent.futures as cf, multiprocessing as mp
-    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('fork')) as pool:
-        return list(pool.map(source_key, srcs, chunksize=32))
+    return list(imap_forked(source_key, srcs, n, window=16))
 
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #85410fec

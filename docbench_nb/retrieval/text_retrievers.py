@@ -17,7 +17,7 @@ from .unit_index import (group_by_doc, DenseIndex, check_units, duplicate_ids, e
                                    shard_unit_ids)
 from .encoders import load_encoder, as_encoder, EmbeddingCache, embed_cached, model_fingerprint, ENCODER_BACKENDS
 from .registry import Retriever, RetrieverBase, register_retriever, make_retriever
-from ..workers import default_workers
+from ..workers import default_workers, imap_forked
 from fastcore.basics import patch
 
 # %% auto #0
@@ -205,13 +205,7 @@ def _tokenized(ix: BM25Index, shards, workers: int):
     if workers <= 1 or str(ix.stemmer).startswith('custom:'):          # a stemmer object stays in this process
         yield from (_local_ids((texts, ix)) for (texts,) in shards.columns(('text',))); return
     jobs = ((texts, kw) for (texts,) in shards.columns(('text',)))
-    import concurrent.futures as cf, multiprocessing as mp
-    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context('fork')) as pool:
-        window = []
-        for job in jobs:                                    # bounded: a shard's texts are read only when a slot frees
-            window.append(pool.submit(_local_ids, job))
-            if len(window) >= 2 * workers: yield window.pop(0).result()
-        for f in window: yield f.result()
+    yield from imap_forked(_local_ids, jobs, workers)       # bounded: a shard's texts are read only when a slot frees
 
 def _tokenize_shards(ix: BM25Index, shards, tmp: Path, progress: bool, workers: int = 1) -> tuple:
     """Pass 1: every shard's texts tokenized once (on `workers` processes); per shard a token-id file and lengths;
