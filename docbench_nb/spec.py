@@ -182,9 +182,18 @@ def _registry_info(self, spec) -> tuple:
     return spec, info, opts
 
 def _registry_build(self, spec, **ctx):
-    "Validate `spec` and build it: `factory(spec, opts, **ctx)`."
+    """Validate `spec` and build it: `factory(spec, opts, **ctx)`. A factory that cannot take those keywords (a plugin
+    written for an older signature) is refused with what it must take, rather than failing inside with a `TypeError`."""
+    import inspect
     spec, info, opts = self.info(spec)
-    return self._kinds[spec.kind][1](spec, opts, **ctx)
+    factory = self._kinds[spec.kind][1]
+    try: inspect.signature(factory).bind(spec, opts, **ctx)
+    except TypeError as e:
+        raise TypeError(f"{self.what} kind {spec.kind!r}: its factory {_origin(factory)} cannot be called as "
+                        f"f(spec, opts, *, {', '.join(f'{k}=' for k in ctx)}) ({e}); factories take the run context as "
+                        "`ctx` and read the cache root, image budget and device from it") from None
+    except ValueError: pass                   # no signature to read (a builtin): call it and see
+    return factory(spec, opts, **ctx)
 
 def _registry_help(self) -> str:
     "One line per kind: usage, help, and each option with its type, default and choices."

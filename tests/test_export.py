@@ -126,3 +126,20 @@ def test_export_from_a_corpus_holds_a_batch_of_papers_and_writes_the_same_datase
     for f in ('jsonl/pages/corpus.jsonl', 'jsonl/papers/corpus.jsonl', 'jsonl/pages/qrels/test.tsv', 'README.md'):
         assert sorted((out / f).read_bytes().splitlines()) == sorted((out2 / f).read_bytes().splitlines()), f
     assert not list(out2.glob('.*.spool.jsonl'))                               # the JSONL spools are gone
+
+
+def test_export_from_a_corpus_refuses_two_papers_with_one_id_before_parsing(tmp_path, monkeypatch):
+    "A folder `x` and an archive `x.tar.gz` are both paper `x`: refused for the corpus, not per batch (each batch sees one)."
+    import tarfile
+    import docbench_nb.evaluation.export as ex
+    corpus = tmp_path / 'corpus'; (corpus / 'x').mkdir(parents=True)
+    doc = '\\documentclass{article}\\begin{document}\\section{A} Text.\\end{document}\n'
+    (corpus / 'x' / 'main.tex').write_text(doc)
+    with tarfile.open(corpus / 'x.tar.gz', 'w:gz') as t: t.add(corpus / 'x' / 'main.tex', arcname='main.tex')
+    monkeypatch.setattr(ex, 'EXPORT_BATCH', 1)
+    parsed = []
+    monkeypatch.setattr(ex, 'load_papers', lambda srcs, **kw: parsed.append(srcs))
+    q = tmp_path / 'q.jsonl'; q.write_text(json.dumps({'id': 'q1', 'query': 'text', 'doc_ids': ['x']}) + '\n')
+    with pytest.raises(ValueError, match=r"paper ids must be unique; 'x' is the id of .*corpus/x, .*corpus/x\.tar\.gz"):
+        export_benchmark(str(corpus), q, tmp_path / 'out')
+    assert parsed == [] and not (tmp_path / 'out').exists()

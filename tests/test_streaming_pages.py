@@ -49,13 +49,15 @@ def test_streamed_page_task_equals_in_memory_one_batch_at_a_time(three, tmp_path
 
 
 def test_page_maps_out_of_time_keep_the_shards_out_of_the_cache(three, tmp_path, monkeypatch):
-    "A page map that failed for want of time (a loaded machine) is tried again next run: the shards are not cached."
+    """A page map that failed for want of time on a loaded machine (its render not cached: `PageMap.transient`) is tried
+    again next run: the shards are not cached. A cached failure (a TeX loop killed with its CPU) is the paper's: cached."""
     srcs, qs = three
     from docbench_nb.pages.pagemap import PageMap
     real = page_task.map_paper
-    monkeypatch.setattr(page_task, 'map_paper', lambda p, **kw: PageMap(p.id, error='render failed: real compile failed: timed out')
-                        if p.id == IDS[0] else real(p, **kw))
-    ctx = RunContext(cache_dir=str(tmp_path), progress=False, stream=True)
+    busy = 'render pdflatex killed after 90.00 s wall with 0.20 CPU s: not cached; it is tried again on the next run'
+    monkeypatch.setattr(page_task, 'map_paper', lambda p, **kw: PageMap(p.id, error='render failed: real compile failed: timed out',
+                                                                        transient=busy) if p.id == IDS[0] else real(p, **kw))
+    ctx = RunContext(cache_dir=str(tmp_path / 'a'), progress=False, stream=True)
     with pytest.warns(UserWarning, match='unit shards not cached'):
         s = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
     assert s.extra['provenance']['context']['stream']['cached'] is False
@@ -63,6 +65,14 @@ def test_page_maps_out_of_time_keep_the_shards_out_of_the_cache(three, tmp_path,
     again = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
     assert again.extra['provenance']['context']['stream']['cached'] is False          # made again, now cached for the next run
     assert again.n_docs > s.n_docs                                                    # the first paper's pages are back
+    # the same failure, cached (no `transient`): the paper's fact, so the shards are cached with it
+    monkeypatch.setattr(page_task, 'map_paper', lambda p, **kw: PageMap(p.id, error='render failed: real compile failed: timed out')
+                        if p.id == IDS[0] else real(p, **kw))
+    ctx = ctx.replace(cache_dir=str(tmp_path / 'b'))
+    first = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    warm = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
+    assert (first.n_docs, warm['per_query']) == (s.n_docs, first['per_query'])
+    assert warm.extra['provenance']['context']['stream']['cached'] is True
 
 
 def test_a_page_map_of_an_uncached_render_keeps_the_shards_out_of_the_cache(three, tmp_path, monkeypatch):

@@ -159,42 +159,43 @@ def evaluate(corpus, queries, representation=DEFAULT_REPRESENTATION, retriever=D
     read, srcs, errors, sc = _query_reader(queries, levels), None, [], None
     if chunk_size is None: chunk_size, chunk_from = default_chunk_size(ret), ('retriever window' if ret.window else 'bm25 default')
     else: chunk_size, chunk_from = int(chunk_size), 'given'
-    if ctx.stream:                                   # parse + represent a batch at a time into unit shards (cached)
-        srcs = _sources(corpus, read, warns)
-        step = page_step(map_timeout, maps=maps, ctx=ctx) if task == 'page' else None     # page units, a batch at a time
-        sc = shard_units(srcs, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap, ctx=ctx, step=step, **kw)
-        papers, errors = sc.paper_records(), sc.errors
-        warns += sc.notes()
-    elif papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
-    if not sc: warns += corpus_notes(papers, errors)
-    timings['shards_s' if sc else 'parse_s'] = time.time() - t
-    if not papers: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
-    qs = read({p.id for p in papers})
-    training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
-    if task == 'page':
-        maps = maps if maps is not None else _gold_maps(qs, srcs, ctx, map_timeout) if sc else page_maps(papers, map_timeout, ctx=ctx)
-        qs, qrep = page_queries(qs, maps)
-        if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
-    t = time.time()
-    rep = sc or represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
-                          progress=ctx.progress, workers=ctx.workers, ctx=ctx, **kw)
-    units, n_docs, warns = (sc.shards if sc else rep.units), len(papers), warns + rep.all_warnings()
-    if task == 'page' and sc: n_docs, urep = merge_steps(sc.steps)        # the shards hold page units already
-    elif task == 'page':
-        units, urep = to_page_units(units, maps)
-        n_docs = sum(maps[p.id].n_pages for p in papers if p.id in maps and not getattr(maps[p.id], 'error', None))
-    if task == 'page' and urep['n_unplaced_units']: warns.append(f"{urep['n_unplaced_units']} of {urep['n_units']} units have no page and were left out")
-    if not sc: timings['represent_s'] = time.time() - t
-    if ret.window and chunk_size > ret.window:
-        warns.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "
-                     f"the first {ret.window} tokens of each chunk")
-    config = {**({'task': 'page'} if task == 'page' else {}), 'corpus': str(corpus), 'queries': str(queries),
-              'representation': representation, 'describer': desc.name if desc is not None else None,
-              'describer_spec': describer if isinstance(describer, str) or describer is None else None,
-              'retriever': retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__),
-              'chunk_size': chunk_size, 'chunk_size_from': chunk_from, 'overlap': overlap, 'k': k,
-              **{key: v for key, v in kw.items() if key != 'describer'}}
-    try: res = evaluate_units(units, qs, ret, k, ctx=ctx, config=config, n_docs=n_docs, warnings=warns)
+    try:                                             # temporary shards removed whatever goes wrong after they are made
+        if ctx.stream:                                   # parse + represent a batch at a time into unit shards (cached)
+            srcs = _sources(corpus, read, warns)
+            step = page_step(map_timeout, maps=maps, ctx=ctx) if task == 'page' else None     # page units, a batch at a time
+            sc = shard_units(srcs, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap, ctx=ctx, step=step, **kw)
+            papers, errors = sc.paper_records(), sc.errors
+            warns += sc.notes()
+        elif papers is None: papers, errors, srcs = _load_corpus(corpus, read, ctx, warns)
+        if not sc: warns += corpus_notes(papers, errors)
+        timings['shards_s' if sc else 'parse_s'] = time.time() - t
+        if not papers: raise ValueError(f"no paper of {corpus!r} could be parsed ({len(errors)} errors)")
+        qs = read({p.id for p in papers})
+        training = training_guard(ret, qs, allow_overlap)          # a model trained on these queries is refused (or recorded)
+        if task == 'page':
+            maps = maps if maps is not None else _gold_maps(qs, srcs, ctx, map_timeout) if sc else page_maps(papers, map_timeout, ctx=ctx)
+            qs, qrep = page_queries(qs, maps)
+            if not qs: raise ValueError(f"page task: no query's evidence could be placed on a page ({qrep['n_unplaced']} unplaced)")
+        t = time.time()
+        rep = sc or represent(papers, representation, tokenizer=ret.tokenizer, chunk_size=chunk_size, overlap=overlap,
+                              progress=ctx.progress, workers=ctx.workers, ctx=ctx, **kw)
+        units, n_docs, warns = (sc.shards if sc else rep.units), len(papers), warns + rep.all_warnings()
+        if task == 'page' and sc: n_docs, urep = merge_steps(sc.steps)        # the shards hold page units already
+        elif task == 'page':
+            units, urep = to_page_units(units, maps)
+            n_docs = sum(maps[p.id].n_pages for p in papers if p.id in maps and not getattr(maps[p.id], 'error', None))
+        if task == 'page' and urep['n_unplaced_units']: warns.append(f"{urep['n_unplaced_units']} of {urep['n_units']} units have no page and were left out")
+        if not sc: timings['represent_s'] = time.time() - t
+        if ret.window and chunk_size > ret.window:
+            warns.append(f"chunk_size {chunk_size} exceeds the encoder's max_length {ret.window}: the dense encoder sees only "
+                         f"the first {ret.window} tokens of each chunk")
+        config = {**({'task': 'page'} if task == 'page' else {}), 'corpus': str(corpus), 'queries': str(queries),
+                  'representation': representation, 'describer': desc.name if desc is not None else None,
+                  'describer_spec': describer if isinstance(describer, str) or describer is None else None,
+                  'retriever': retriever if isinstance(retriever, str) else getattr(ret, 'name', type(ret).__name__),
+                  'chunk_size': chunk_size, 'chunk_size_from': chunk_from, 'overlap': overlap, 'k': k,
+                  **{key: v for key, v in kw.items() if key != 'describer'}}
+        res = evaluate_units(units, qs, ret, k, ctx=ctx, config=config, n_docs=n_docs, warnings=warns)
     finally:
         if sc: sc.cleanup()
     res.timings = {**timings, **res.timings, 'peak_rss_mb': _peak_rss_mb()}

@@ -12,7 +12,7 @@ from ..cache import stage_dir, atomic_write, check_cache_path, file_sha256, insi
 from .formats import (load_queries, write_beir, read_beir, gold_from_qrels, DataFileError, read_limits, read_parquet, dataset_file,
                                   checked_file, relevance)
 from ..pages.render import render_paper
-from ..latex.corpus import load_papers, corpus_sources, printable
+from ..latex.corpus import load_papers, corpus_sources, printable, check_unique_ids
 from ..latex import sources as latex
 from tqdm.auto import tqdm
 from ..context import RunContext, run_context, context_from_args
@@ -308,6 +308,7 @@ def _export_streamed(corpus, queries, out, levels, maps, timeout, with_images, f
     """`export_benchmark` from a corpus, a batch of papers at a time: parse every paper (keeping ids), place the queries
     on their gold papers' pages, then write each batch's pages and, in a second pass over the parse cache, its papers."""
     srcs, ids, errors = [str(s) for s in corpus_sources(corpus)], [], []
+    check_unique_ids(srcs, [printable(latex.paper_id_from_path(s)) for s in srcs])   # corpus-wide: a batch sees only its own
     for ps, errs in tqdm(_batches(srcs, ctx), total=-(-len(srcs) // EXPORT_BATCH), desc='parse', disable=not ctx.progress):
         ids += [p.id for p in ps]; errors += errs
     if not ids: raise ValueError(f"export: no paper of {corpus!r} could be parsed")
@@ -316,7 +317,7 @@ def _export_streamed(corpus, queries, out, levels, maps, timeout, with_images, f
     by_id, ok = {printable(latex.paper_id_from_path(s)): s for s in srcs}, set(ids)
     kept = [s for s in srcs if printable(latex.paper_id_from_path(s)) in ok]
     gold = [by_id[d] for d in dict.fromkeys(d for q in qs for d in q.doc_ids) if d in by_id and d in ok]
-    if maps is None and gold: gmaps = page_maps(next(_batches(gold, ctx, len(gold)))[0], timeout, ctx=ctx)   # rendered once, cached
+    if maps is None and gold: gmaps = page_maps(next(_batches(gold, ctx, len(gold)))[0], timeout, ctx=ctx)   # the batches' maps agree: cached, or reused in this process
     else: gmaps = maps or {}
     pq = page_qrels(qs, gmaps)
     def pages():

@@ -96,8 +96,6 @@ def to_page_units(units: Sequence[Unit], maps: dict) -> tuple:
                  'n_multi_page_units': multi, 'unplaced_units': unplaced[:20]}
 
 # %% ../../nbs/04_evaluation/05_page_task.ipynb #882a2597
-_DEADLINE_WORDS = ('timed out', 'deadline', 'killed after', 'TIMEOUT', 'not cached')
-
 def _step_digest() -> str:
     "sha256 of the modules that make page maps and page units: a change to any of them makes new shards."
     import hashlib
@@ -120,9 +118,7 @@ def page_step(timeout: float = 120, *, maps: Optional[dict] = None, ctx: Optiona
         order, _, _ = group_by_doc([u.doc_id for u in out])     # a page's units together, in the order an index groups them
         if order is not None: out = [out[i] for i in order]
         info = {'n_pages': {pid: 0 if getattr(m, 'error', None) else m.n_pages for pid, m in ms.items()}, **rep}
-        late = [f"{pid}: page map {m.error[:200]}" for pid, m in ms.items()
-                if getattr(m, 'error', None) and any(w in m.error for w in _DEADLINE_WORDS)]
-        late += [f"{pid}: page map {m.transient[:200]}" for pid, m in ms.items() if getattr(m, 'transient', None)]
+        late = [f"{pid}: page map {m.transient[:300]}" for pid, m in ms.items() if getattr(m, 'transient', None)]
         return out, info, late
     if maps is None: step.key = content_key('page-step', timeout, _step_digest())
     return step

@@ -14,7 +14,7 @@ from ..context import PARSE_TIME_LIMIT, PARSE_MEMORY_MB      # per paper, in its
 
 # %% auto #0
 __all__ = ['source_key', 'printable', 'source_keys', 'corpus_sources', 'parse_one', 'bind_record', 'cached_record',
-           'store_record', 'corpus_notes', 'load_papers']
+           'store_record', 'corpus_notes', 'check_unique_ids', 'load_papers']
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #a625224a
 def _hash_path(path: Path, h) -> None:
@@ -142,6 +142,14 @@ def corpus_notes(papers, errors=()) -> list:
     return notes
 
 # %% ../../nbs/01_latex/07_corpus.ipynb #9227a250
+def check_unique_ids(srcs, ids) -> None:
+    "`ValueError` naming every id that more than one of `srcs` would get (`ids[i]` is `srcs[i]`'s), and its sources."
+    seen = {}
+    for s, i in zip(srcs, ids): seen.setdefault(i, []).append(s)
+    clash = {i: v for i, v in seen.items() if len(v) > 1}
+    if clash: raise ValueError("paper ids must be unique; " + '; '.join(f"{n!r} is the id of {', '.join(map(str, v))}" for n, v in clash.items())
+                               + " (rename a folder, or pass {id: source})")
+
 def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PARSE_TIME_LIMIT, memory_mb=PARSE_MEMORY_MB, keys=None):
     """Parse `srcs` (a list of sources, one folder of papers, or a mapping `{paper_id: source}`) with a per-paper cache,
     on `workers` processes (default: every core; 1: here), each paper within `time_limit` s and `memory_mb` MB. Ids and
@@ -149,9 +157,7 @@ def load_papers(srcs, cache_dir=None, progress=True, workers=None, time_limit=PA
     this run (a streamed run hashes every source once, up front). Returns `(papers, errors)` in source order."""
     srcs, ids = _named_sources(srcs)
     names = [printable(i if i is not None else latex.paper_id_from_path(s)) for s, i in zip(srcs, ids)]
-    clash = {n: [s for s, m in zip(srcs, names) if m == n] for n in names if names.count(n) > 1}
-    if clash: raise ValueError("paper ids must be unique; " + '; '.join(f"{n!r} is the id of {', '.join(map(str, v))}" for n, v in clash.items())
-                               + " (rename a folder, or pass {id: source})")
+    check_unique_ids(srcs, names)
     root = stage_dir('papers', cache_dir)
     keys = list(keys) if keys is not None else [source_key(s) for s in srcs]
     if len(keys) != len(srcs): raise ValueError(f"load_papers: {len(keys)} keys for {len(srcs)} sources")

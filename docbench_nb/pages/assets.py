@@ -13,9 +13,10 @@ from ..cache import cache_root, file_sha256, atomic_open, atomic_write_json   # 
 from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
-__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'STARVED_CPU_SHARE', 'MAX_TOOL_OUTPUT',
-           'TOOL_REPORT_TAIL', 'AssetError', 'KilledTool', 'tool_timeouts', 'ToolTimeout', 'run_tool', 'fit_max_pixels',
-           'sniff_format', 'extension_format', 'pdf_page_sizes', 'convert_figure', 'convert_paper_figures']
+__all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'STARVED_CPU_SHARE', 'NOT_CACHED',
+           'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL', 'AssetError', 'uncached_reason', 'KilledTool', 'tool_timeouts',
+           'ToolTimeout', 'run_tool', 'fit_max_pixels', 'sniff_format', 'extension_format', 'pdf_page_sizes',
+           'convert_figure', 'convert_paper_figures']
 
 # %% ../../nbs/02_pages/00_assets.ipynb #853f2953
 class AssetError(Exception):
@@ -31,6 +32,11 @@ CONVERTER_VERSION = 'v1'      # bump when the conversion changes: it is part of 
 
 # %% ../../nbs/02_pages/00_assets.ipynb #a7991cf8
 STARVED_CPU_SHARE = 0.5      # a tool killed at its timeout with less than this share of one CPU over its run was starved by load
+NOT_CACHED = 'not cached; it is tried again on the next run'    # ends the reason of every result kept out of the cache
+
+def uncached_reason(messages) -> Optional[str]:
+    "The first of `messages` (warnings, errors) that says its result was kept out of the cache (a busy machine may have shaped it); None when none does."
+    return next((str(m) for m in messages if NOT_CACHED in str(m)), None)
 
 def _cpu_seconds(pgid: int) -> Optional[float]:
     "CPU seconds (user + system, with reaped children) the processes of process group `pgid` have used, from `/proc`; None where unreadable."
@@ -323,7 +329,7 @@ def convert_figure(path, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, t
             if not any(k.starved for k in killed): raise
             busy = '; '.join(k.describe() for k in killed if k.starved)
             raise AssetError(path, f'{e.reason} ({busy}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, so a busy '
-                             'machine may have stopped it; not cached; it is tried again on the next run)', e.format) from e
+                             f'machine may have stopped it; {NOT_CACHED})', e.format) from e
     return str(dest)
 
 # %% ../../nbs/02_pages/00_assets.ipynb #f05d4c3f

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 from ..records import Paper, Query
 from ..cache import cache_root, content_key, file_sha256, atomic_write_json
-from .assets import run_tool, ToolTimeout
+from .assets import run_tool, ToolTimeout, uncached_reason
 from ..latex.sources import read_text, LatexSourceError, iter_sources
 from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
@@ -452,10 +452,13 @@ def map_paper(paper, cache_dir=None, timeout: float = 120) -> PageMap:
         try: paper = parse_paper(paper, cache_dir=cache_dir)
         except Exception as e: return PageMap(str(getattr(e, 'paper_id', paper)), error=f'cannot parse {paper}: {e}')
     try: res = render_paper(paper, cache_dir=cache_dir, timeout=timeout)
-    except Exception as e: return PageMap(paper.id, error=f'render failed: {type(e).__name__}: {e}')
-    if res.path == 'failed' or not res.pdf:
-        return PageMap(paper.id, render_path=res.path, error='render failed: ' + '; '.join(res.warnings)[:500])
-    uncached = next((w for w in res.warnings if w.endswith('not cached; it is tried again on the next run')), None)
+    except Exception as e:                                 # no render result, cached or not: another run may have one
+        why = f'render failed: {type(e).__name__}: {e}'[:500]
+        return PageMap(paper.id, error=why, transient=why)
+    uncached = uncached_reason(res.warnings)
+    if res.path == 'failed' or not res.pdf:                # a cached failure is the paper's; an uncached one may be load's
+        return PageMap(paper.id, render_path=res.path, error='render failed: ' + '; '.join(res.warnings)[:500],
+                       transient=f'render {uncached}'[:500] if uncached else None)
     sync = res.synctex if res.path in OWN_LATEX_PATHS and res.synctex and Path(res.synctex).exists() else None
     body = json.dumps({k: v for k, v in paper.to_dict().items() if k not in ('meta', 'warnings')}, sort_keys=True)
     key = content_key(PAGEMAP_VERSION, file_sha256(sync or res.pdf), body, res.pdf, res.path)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/02_pages/04_render.ipynb #056c745b
 from __future__ import annotations
-import os, re, json, math, time, shutil, hashlib, tempfile, unicodedata, warnings as _warnings
+import os, re, copy, json, math, time, shutil, hashlib, tempfile, unicodedata, warnings as _warnings
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 from typing import Optional
@@ -14,7 +14,7 @@ from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
 from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json
 from .assets import (run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi,
-                                      tool_timeouts, STARVED_CPU_SHARE)
+                                      tool_timeouts, STARVED_CPU_SHARE, NOT_CACHED)
 from .sandbox import (RenderError, ENGINES, MAX_TREE_BYTES, MAX_OUTPUT_FILE_BYTES, compile_latex,
                                  compile_tex_string, tex_errors)
 from .minimal import STRATEGIES, MATH_COMMANDS, escape_text, minimal_document, undefined_in_template
@@ -267,14 +267,22 @@ def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixel
                        str(max_pixels), engine, str(max_pages), str(max_repairs)])
     return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
 
+def _copy_atomic(src, dest) -> None:
+    "Copy `src` to `dest` through a temporary file in `dest`'s folder: a reader (another process) sees the old file or the new one."
+    fd, tmp = tempfile.mkstemp(dir=Path(dest).parent, prefix='.tmp-')
+    os.close(fd)
+    try: shutil.copyfile(src, tmp); os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True); raise
+
 def _store_render(d: Path, res: RenderResult, pdf, keep: bool = True) -> None:
     "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically). `keep=False`: the files only (as `uncached.*`, replaced by the next try), no result: the next call renders again."
     d.mkdir(parents=True, exist_ok=True)
     stem = 'paper' if keep else 'uncached'
-    if pdf is not None: res.pdf = str(d / f'{stem}.pdf'); shutil.copyfile(pdf, res.pdf)
+    if pdf is not None: res.pdf = str(d / f'{stem}.pdf'); _copy_atomic(pdf, res.pdf)
     sync = Path(pdf).with_suffix('.synctex.gz') if pdf is not None else None
     if res.path in OWN_LATEX_PATHS and sync is not None and sync.exists():
-        res.synctex = str(d / f'{stem}.synctex.gz'); shutil.copyfile(sync, res.synctex)
+        res.synctex = str(d / f'{stem}.synctex.gz'); _copy_atomic(sync, res.synctex)
     if keep: atomic_write_json(d / 'result.json', res.to_dict())
 
 # %% ../../nbs/02_pages/04_render.ipynb #5d7d9dd0
@@ -353,9 +361,11 @@ def _page_cap(max_pages) -> int | None:
         raise ValueError(f'max_pages must be a whole number >= 0 (0: no cap), got {max_pages!r}')
     return max_pages or None
 
+_UNCACHED: dict = {}     # render folder -> this process's render that was not cached (see "Which results are cached")
+
 def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, timeout: float = 120,
                  engine: str = 'pdflatex', max_pages: int | None = None, max_repairs: int = 8) -> RenderResult:
-    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too, but no result a busy machine may have shaped."
+    "Page images of a paper: its own LaTeX if it compiles (`'compiled'`) or compiles once missing packages/classes are repaired (`'repaired'`), else its text via `minimal_document` (`'fallback'`). `timeout` is a total deadline; at most `max_pages` pages (None: `DEFAULT_MAX_PAGES`; 0: all) are rasterized. Failures are cached too, but not a result that a deadline stopped without the killed tool's CPU time showing the machine was not busy; such a result is reused for the rest of this process (so the passes of one run agree) and rendered again by the next."
     t0 = time.time(); deadline = time.monotonic() + timeout
     left = lambda: deadline - time.monotonic()
     paper, cap = _as_paper(paper_or_src), _page_cap(max_pages)
@@ -365,9 +375,11 @@ def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=N
     d = _render_dir(cache, paper, root, have_src, max_pixels, engine, max_pages, max_repairs)
     hit = _load_cached(d)
     if hit and not _retry(hit, timeout): return hit
+    seen = _UNCACHED.get(str(d))                                 # rendered here before, not cached: the same answer
+    if seen is not None and not _retry(seen, timeout): return copy.deepcopy(seen)
     warns, log_tail, pdf, repairs, n_pdf = [], '', None, [], None
     if not (shutil.which(engine) and shutil.which('pdftoppm')):     # about this machine: not cached
-        return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed'], seconds=time.time() - t0)
+        return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed: {NOT_CACHED}'], seconds=time.time() - t0)
     tmp_out = Path(tempfile.mkdtemp(prefix='docbench-render-'))
     try:
         with tool_timeouts() as killed:                             # every tool killed at its deadline, with its CPU time
@@ -392,6 +404,7 @@ def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=N
         res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs,
                            n_pages_pdf=n_pdf, max_pages=cap, timeout=timeout, timed_out=timed_out)
         _store_render(d, res, pdf if path != 'failed' else None, keep=not why)
+        if why: _UNCACHED[str(d)] = copy.deepcopy(res)
         return res
     finally: shutil.rmtree(tmp_out, ignore_errors=True)
 

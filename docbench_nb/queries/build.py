@@ -25,7 +25,8 @@ from .calibration import JUDGED_STAGES, JudgeAccuracyError, calibrate, calibrati
 
 # %% auto #0
 __all__ = ['BUILD_STAGES', 'FN_MODES', 'select_papers', 'stage_costs', 'dropped_html', 'write_review', 'fn_mode', 'graded_record',
-           'write_final_queries', 'build_queries', 'rephrase_queries', 'check_false_negatives', 'add_queries_parser']
+           'write_final_queries', 'round_trip_problem', 'build_queries', 'rephrase_queries', 'check_false_negatives',
+           'add_queries_parser']
 
 # %% ../../nbs/05_queries/05_build.ipynb #efd41770
 def _papers(corpus, cache_dir, papers, progress: bool = False):
@@ -128,12 +129,15 @@ def write_final_queries(drafts, path, fn: str = 'keep-flag') -> Path:
     return atomic_write(path, ''.join(json.dumps(graded_record(d), ensure_ascii=False) + '\n' for d in drafts))
 
 # %% ../../nbs/05_queries/05_build.ipynb #d4ea0e33
-def _check_round_trip(rt, bm25_k: int):
-    "Refuse a BM25 round trip the BM25 filter makes impossible: the filter keeps only queries whose gold paper BM25 ranks below k."
-    if rt and bm25_k and parse_spec(rt[0], 'round trip retriever').kind == 'bm25' and rt[1] <= bm25_k:
-        raise ValueError(f"round trip {rt[0]}@{rt[1]} after the BM25 filter at k = {bm25_k} would keep no query: the filter drops "
-                         f"every query whose gold paper BM25 ranks in the top {bm25_k}, this round trip every query whose gold "
-                         f"paper it does not rank in the top {rt[1]}; use another retriever (--round-trip dense@5) or --bm25-k 0")
+def round_trip_problem(rt, bm25_k: int) -> str:
+    """A warning ('' when none) for a BM25 round trip at k' <= the BM25 filter's k: the filter keeps only queries whose gold
+    paper BM25 ranks below k, the round trip only those it ranks in its top k'. Only the naturalized rewrite (and a
+    BM25 variant's other scoring) stands between the two, so such a round trip keeps few queries, or none."""
+    if not (rt and bm25_k and parse_spec(rt[0], 'round trip retriever').kind == 'bm25' and rt[1] <= bm25_k): return ''
+    return (f"round trip {rt[0]}@{rt[1]} after the BM25 filter at k = {bm25_k} keeps few queries or none: the filter drops "
+            f"every query whose gold paper BM25 ranks in the top {bm25_k}, this round trip every query whose gold paper it "
+            f"does not rank in the top {rt[1]}, and only the naturalized rewrite differs between them; "
+            f"--round-trip dense@5 checks the query with another retriever, --bm25-k 0 turns the filter off")
 
 def _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress) -> dict:
     """The judge's calibration (`calibrate`, cached), metered and budgeted as its own stage; its table written to
@@ -188,7 +192,6 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if quota and target is None: raise ValueError("a quota needs a target (--target N)")
         quotas = parse_quota(quota, target) if quota else {}
         rt = parse_round_trip(round_trip) if round_trip else None
-        _check_round_trip(rt, bm25_k)
         dedup = (0.9 if target else None) if dedup is None else (dedup or None)
         meter = TokenMeter(budget)
         out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
@@ -196,7 +199,7 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if (min_judge_accuracy is not None or calibration) and not dry_run:
             calib = _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress)
         papers = _papers(corpus, cache_dir, papers, progress)
-        warns = [w for w in [bm25_k_problem(bm25_k, len(papers))] if w]
+        warns = [w for w in [bm25_k_problem(bm25_k, len(papers)), round_trip_problem(rt, bm25_k)] if w]
         for w in warns:                                          # said before any model call, not after the run
             if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
             else: warnings.warn(w, stacklevel=2)

@@ -93,13 +93,13 @@ def check_query_ids(query_ids, n, who):
 def top_doc_indices(m: np.ndarray, k: int, docs: Sequence[str], min_score: Optional[float] = None) -> list:
     """Indices of the `k` best document scores `m`, best first, ties in trec_eval's order (document id descending),
     at the cut too; scores `<= min_score` left out (and NaN, which no order places)."""
-    n, kk = len(m), min(int(k), len(m))
+    idx = np.flatnonzero(~np.isnan(m))                           # NaN out first: a selection would place it
+    if min_score is not None: idx = idx[m[idx] > min_score]
+    n, kk = len(idx), min(int(k), len(idx))
     if kk < 1: return []
     if kk < n:
-        v = np.partition(m, n - kk)[n - kk]                       # the k-th best score: all above it, then its ties
-        idx = np.concatenate([np.flatnonzero(m > v), np.flatnonzero(m == v)])
-    else: idx = np.flatnonzero(~np.isnan(m))
-    if min_score is not None: idx = idx[m[idx] > min_score]
+        v = np.partition(m[idx], n - kk)[n - kk]                  # the k-th best score: all above it and its ties
+        idx = idx[m[idx] >= v]
     idx = sorted(idx.tolist(), key=lambda i: docs[i], reverse=True)   # ties: document id descending ...
     return sorted(idx, key=lambda i: -float(m[i]))[:kk]                # ... within score descending (a stable sort)
 

@@ -12,7 +12,8 @@ from typing import Iterator, Optional
 from ..records import Unit, PaperError
 from ..cache import stage_dir, content_key, file_sha256, atomic_write_json, inside_root, short_repr
 from ..context import RunContext, run_context
-from ..latex.corpus import load_papers, source_keys, printable, corpus_notes, corpus_sources
+from ..latex.corpus import load_papers, source_keys, printable, corpus_notes, corpus_sources, check_unique_ids
+from ..pages.assets import uncached_reason
 from ..latex import sources as latex
 from .represent import represent
 from fastcore.basics import patch
@@ -196,10 +197,12 @@ def _code_digest(representation: str) -> str:
     return h.hexdigest()[:16]
 
 def _transient(errs, rep) -> list:
-    "What in a batch failed for want of time or memory (a loaded machine), not because of the paper: never cached."
+    """What in a batch failed for want of time or memory (a loaded machine), not because of the paper: never cached.
+    Also what a representation built from a result kept out of its own cache (a render or figure conversion a busy
+    machine may have stopped: `uncached_reason`)."""
     lim = ('exceeded', 'ran out of memory')
     out = [f"{e.id}: {e.error}" for e in errs if any(str(e.error).startswith(f'parse {w}') for w in lim)]
-    return out + [w for ws in rep.warnings.values() for w in ws if any(f': represent {x}' in w for x in lim)]
+    return out + [w for ws in rep.warnings.values() for w in ws if any(f': represent {x}' in w for x in lim) or uncached_reason([w])]
 
 def _mark_identical(ps, same: dict):
     "Each paper whose source is byte-identical to others' anywhere in the corpus says so, as `load_papers` does in one call."
@@ -244,18 +247,11 @@ def _stream(srcs, ids, keys, representation, tokenizer, chunk_size, overlap, ctx
     sc.transient = transient
     return sc
 
-def _check_ids(srcs, ids):
-    "The corpus-wide clash check `load_papers` makes, before any batch (a batch sees only its own papers)."
-    seen = {}
-    for s, i in zip(srcs, ids): seen.setdefault(i, []).append(s)
-    clash = {i: v for i, v in seen.items() if len(v) > 1}
-    if clash: raise ValueError("paper ids must be unique; " + '; '.join(f"{n!r} is the id of {', '.join(map(str, v))}" for n, v in clash.items())
-                               + " (rename a folder, or pass {id: source})")
-
 def _put(store, key, sc: ShardedCorpus, ids) -> ShardedCorpus:
     "Move freshly streamed shards into the index store (checksummed there), and open them from it; left temporary when it cannot."
     if sc.transient:
-        warnings.warn(f"unit shards not cached: {len(sc.transient)} paper(s) ran out of time or memory (e.g. {sc.transient[0]}); a rerun tries them again")
+        warnings.warn(f"unit shards not cached: {len(sc.transient)} paper(s) ran out of time or memory, or were rendered "
+                      f"under load (e.g. {sc.transient[0][:300]}); a rerun tries them again")
         return sc
     def link(d):                                       # hard links: the temporary copy stays whole if storing fails
         (Path(d) / 'units').mkdir()
@@ -284,7 +280,7 @@ def shard_units(srcs, representation: str = 'text', tokenizer=None, chunk_size: 
     srcs = [str(s) for s in srcs]
     if not srcs: raise ValueError("shard_units: no paper sources")
     ids = [printable(latex.paper_id_from_path(s)) for s in srcs]
-    _check_ids(srcs, ids)
+    check_unique_ids(srcs, ids)                           # corpus-wide, before any batch (a batch sees only its own)
     tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
     keys = source_keys(srcs, ctx.workers)                 # every source hashed once, on every core
     for g in (g for g in _same_sources(ids, keys).values() if len(g) > 1):

@@ -81,6 +81,7 @@ def page_latex_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, ti
     notes = paper_notes(notes, paper)
     pm = map_paper(paper, cache_dir=ctx.cache_dir, timeout=timeout)
     if pm.error: notes.warn(f'{paper.id}: page map: {pm.error}'); return []
+    if pm.transient: notes.warn(f'{paper.id}: page map: {pm.transient}')     # from a render kept out of the cache
     notes.render_path = pm.render_path
     if not pm.page_text: notes.warn(f'{paper.id}: no per-page LaTeX text (mapped by {pm.method}, not SyncTeX)'); return []
     return [Unit(paper.id, f'{paper.id}#l{p}', 'text', t, meta={'page': p, 'method': pm.method, 'render_path': pm.render_path})
