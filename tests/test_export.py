@@ -118,7 +118,7 @@ def test_export_from_a_corpus_holds_a_batch_of_papers_and_writes_the_same_datase
     out2 = tmp_path / 'streamed'
     s2 = export_benchmark(str(corpus), qfile, out2)
     gold = len({json.loads(l)['doc_id'] for l in open(qfile)})
-    assert held == [1] * len(IDS) + [gold] + [1] * len(IDS) * 2, held   # parse; the gold papers' maps; pages; papers
+    assert held == [1] * len(IDS) + [1] * gold + [1] * len(IDS) * 2, held   # parse; the gold papers' maps; pages; papers (a batch each)
     assert {k: v for k, v in s2.items() if k != 'out'} == {k: v for k, v in s.items() if k != 'out'}
     for cfg in ('corpus', 'queries', 'qrels', 'papers', 'qrels-paper'):
         rows = lambda d: sorted(pq.read_table(sorted((d / cfg).glob('*.parquet'))).to_pylist(), key=lambda r: json.dumps(r, default=str))

@@ -13,12 +13,12 @@ from ..cache import cache_root
 from ..latex.corpus import load_papers, corpus_sources, corpus_notes, printable
 from ..retrieval.represent import represent, REPRESENTATIONS, make_describer, takes_describer
 from ..retrieval.registry import make_retriever, default_chunk_size
-from ..retrieval.unit_shards import shard_units
+from ..retrieval.unit_shards import shard_units, SHARD_BATCH
 from .formats import load_queries
 from .metrics import score_run
 from .result import Result, result_metrics, DEFAULT_RETRIEVER, DEFAULT_REPRESENTATION, DEFAULT_K
 from .provenance import provenance, training_records, training_overlap
-from .page_task import check_task, page_maps, page_queries, to_page_units, page_step, merge_steps
+from .page_task import check_task, page_maps, placing_maps, page_queries, to_page_units, page_step, merge_steps
 
 # %% auto #0
 __all__ = ['training_guard', 'run_units', 'evaluate_units', 'evaluate', 'format_result']
@@ -109,12 +109,13 @@ def _sources(corpus, read, warns) -> list:
     return srcs
 
 def _gold_maps(qs, srcs, ctx, timeout) -> dict:
-    "Page maps of the queries' gold papers only (a streamed page run): parsed and mapped from their caches, filled by the shards' step."
+    """Page maps of the queries' gold papers only (a streamed page run): read back from the parse and page-map caches
+    the shards' step filled, `SHARD_BATCH` papers at a time, each map without its per-page text (`placing_maps`)."""
     gold = {d for q in qs for d in q.doc_ids}
     mine = [s for s in srcs if printable(latex.paper_id_from_path(s)) in gold]
-    papers, _ = load_papers(mine, cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers,
-                            time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)
-    return page_maps(papers, timeout, ctx=ctx)
+    batches = (load_papers(mine[i:i + SHARD_BATCH], cache_dir=ctx.cache_dir, progress=False, workers=ctx.workers,
+                           time_limit=ctx.parse_time_limit, memory_mb=ctx.parse_memory_mb)[0] for i in range(0, len(mine), SHARD_BATCH))
+    return placing_maps(batches, timeout, ctx=ctx)
 
 def _load_corpus(corpus, read, ctx, warns):
     "`(papers, errors, sources)`: the sources (`_sources`), parsed."

@@ -16,7 +16,7 @@ from ..latex.corpus import load_papers, corpus_sources, printable, check_unique_
 from ..latex import sources as latex
 from tqdm.auto import tqdm
 from ..context import RunContext, run_context, context_from_args
-from .page_task import page_doc_id, page_maps, page_qrels, page_queries
+from .page_task import page_doc_id, page_maps, placing_maps, page_qrels, page_queries
 from ..context import DEFAULT_MAX_PIXELS  # the CLI's default page budget
 
 # %% auto #0
@@ -317,7 +317,8 @@ def _export_streamed(corpus, queries, out, levels, maps, timeout, with_images, f
     by_id, ok = {printable(latex.paper_id_from_path(s)): s for s in srcs}, set(ids)
     kept = [s for s in srcs if printable(latex.paper_id_from_path(s)) in ok]
     gold = [by_id[d] for d in dict.fromkeys(d for q in qs for d in q.doc_ids) if d in by_id and d in ok]
-    if maps is None and gold: gmaps = page_maps(next(_batches(gold, ctx, len(gold)))[0], timeout, ctx=ctx)   # the batches' maps agree: cached, or reused in this process
+    # the gold papers' maps, a batch at a time; the maps the pages are written from agree (cached, or reused in this process)
+    if maps is None and gold: gmaps = placing_maps((ps for ps, _ in _batches(gold, ctx)), timeout, ctx=ctx)
     else: gmaps = maps or {}
     pq = page_qrels(qs, gmaps)
     def pages():

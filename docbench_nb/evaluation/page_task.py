@@ -12,8 +12,8 @@ from ..cache import content_key
 from ..retrieval.unit_index import group_by_doc
 
 # %% auto #0
-__all__ = ['TASKS', 'page_doc_id', 'split_page_id', 'check_task', 'page_maps', 'page_qrels', 'page_queries', 'to_page_units',
-           'page_step', 'merge_steps']
+__all__ = ['TASKS', 'page_doc_id', 'split_page_id', 'check_task', 'page_maps', 'placing_maps', 'page_qrels', 'page_queries',
+           'to_page_units', 'page_step', 'merge_steps']
 
 # %% ../../nbs/04_evaluation/05_page_task.ipynb #633e7f52
 TASKS = ('paper', 'page')
@@ -40,6 +40,17 @@ def page_maps(papers, timeout: float = 120, *, ctx: Optional[RunContext] = None,
     from tqdm.auto import tqdm
     ctx = run_context(ctx, **settings)
     return {p.id: map_paper(p, cache_dir=ctx.cache_dir, timeout=timeout) for p in tqdm(papers, desc='page map', disable=not ctx.progress)}
+
+def placing_maps(batches, timeout: float = 120, *, ctx: Optional[RunContext] = None, **settings) -> dict:
+    """`{paper id: PageMap}` for papers given a batch at a time (`batches`: lists of papers, e.g. read back from the
+    parse cache), each map kept without its per-page text (`page_text`, which placing a query on pages does not read):
+    what a streamed run holds to place its queries is the maps' labels and line pages, never the papers."""
+    ctx = run_context(ctx, **settings)
+    out = {}
+    for papers in batches:
+        for pid, m in page_maps(papers, timeout, ctx=ctx).items():
+            m.page_text = {}; out[pid] = m
+    return out
 
 def page_qrels(queries: Sequence[Query], maps: dict) -> dict:
     """Page-level qrels of `queries`: `{'qrels': {qid: {page doc id: 1}}, 'placed': {qid: {'pages', 'method',
