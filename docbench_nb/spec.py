@@ -189,9 +189,10 @@ def _registry_build(self, spec, **ctx):
     factory = self._kinds[spec.kind][1]
     try: inspect.signature(factory).bind(spec, opts, **ctx)
     except TypeError as e:
+        hint = ('; factories take the run context as `ctx` and read the cache root, image budget and device from it'
+                if 'ctx' in ctx else '')
         raise TypeError(f"{self.what} kind {spec.kind!r}: its factory {_origin(factory)} cannot be called as "
-                        f"f(spec, opts, *, {', '.join(f'{k}=' for k in ctx)}) ({e}); factories take the run context as "
-                        "`ctx` and read the cache root, image budget and device from it") from None
+                        f"f(spec, opts, *, {', '.join(f'{k}=' for k in ctx)}) ({e}){hint}") from None
     except ValueError: pass                   # no signature to read (a builtin): call it and see
     return factory(spec, opts, **ctx)
 

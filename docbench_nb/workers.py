@@ -178,7 +178,8 @@ def _call_forked(job):
 def imap_forked(fn: Callable, items: Iterable, workers=None, window: int = 2) -> Iterator:
     """`fn(item)` for each of `items`, in item order, on `workers` forked processes (None: every core; 1, or no
     `fork` on this system: here), with at most `window` items per worker in flight, so an item is read only when a
-    slot frees. An exception in `fn` is raised here. `fn` is inherited by the workers, not pickled."""
+    slot frees. An exception in `fn` is raised here, and the items not yet started are dropped (as when the caller
+    stops iterating). `fn` is inherited by the workers, not pickled; the workers leave Ctrl-C to the caller."""
     n = default_workers(workers)
     if n <= 1 or 'fork' not in mp.get_all_start_methods():
         yield from map(fn, items); return
@@ -186,10 +187,14 @@ def imap_forked(fn: Callable, items: Iterable, workers=None, window: int = 2) ->
     key = next(_FORK_KEYS)
     _FORKED[key] = fn                                     # set before the pool forks its workers
     try:
-        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('fork')) as pool:
+        with cf.ProcessPoolExecutor(n, mp_context=mp.get_context('fork'), initializer=signal.signal,
+                                    initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
             pending = deque()
-            for item in items:
-                pending.append(pool.submit(_call_forked, (key, item)))
-                if len(pending) >= window * n: yield pending.popleft().result()
-            while pending: yield pending.popleft().result()
+            try:
+                for item in items:
+                    pending.append(pool.submit(_call_forked, (key, item)))
+                    if len(pending) >= window * n: yield pending.popleft().result()
+                while pending: yield pending.popleft().result()
+            except BaseException:                             # an error, or the caller stopped: nothing more is started
+                pool.shutdown(wait=True, cancel_futures=True); raise
     finally: _FORKED.pop(key, None)

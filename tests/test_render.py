@@ -202,7 +202,11 @@ def test_starved_own_compile_is_not_cached(tmp_path, cache, monkeypatch):
     monkeypatch.setattr(R, 'FALLBACK_RESERVE', 0.5)                    # 3 s of 6 for the own compile, 3 s for the fallback
     r = R.render_paper(p, cache_dir=cache, timeout=6)
     assert (r.path, r.timed_out, len(calls)) == ('fallback', True, 3) and r.warnings[-1].endswith('tried again on the next run')   # a longer deadline: tried again
-    assert Path(r.pdf).name == 'uncached.pdf' and 'Loop paper text.' in pdf_text(r.pdf)   # usable, but not the cache's
+    assert Path(r.pdf).name == f'uncached-{os.getpid()}.pdf' and 'Loop paper text.' in pdf_text(r.pdf)   # usable, not the cache's
+    again = R.render_paper(p, cache_dir=cache, timeout=6)              # this process: the same answer, no compile
+    assert again.to_dict() == r.to_dict() and len(calls) == 3
+    Path(r.pdf).unlink()                                               # its file gone (a cleared cache): rendered again
+    assert R.render_paper(p, cache_dir=cache, timeout=6).pdf == r.pdf and len(calls) == 4 and Path(r.pdf).exists()
     assert list(cache.rglob('result.json')) == []
 
 

@@ -91,3 +91,19 @@ def test_a_page_map_of_an_uncached_render_keeps_the_shards_out_of_the_cache(thre
     again = evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx)
     assert again.extra['provenance']['context']['stream']['cached'] is False and again['per_query'] == s['per_query']
     assert evaluate(srcs, qs, 'text', 'bm25', 256, task='page', ctx=ctx).extra['provenance']['context']['stream']['cached'] is True
+
+
+def test_page_latex_units_of_a_map_without_a_cached_render_keep_the_shards_out_of_the_cache(monkeypatch):
+    "A failed map whose render was not cached (here: render_paper raised) warns with the not-cached marker, whatever its text."
+    from docbench_nb.retrieval import visual_units as V, unit_shards as S
+    from docbench_nb.retrieval.represent import represent
+    from docbench_nb.pages.pagemap import PageMap
+    from docbench_nb.records import Paper
+    err = ('render failed: ' + 'real compile failed: x; ' * 40)[:500]        # long: a marker at its end would be cut off
+    monkeypatch.setattr(V, 'map_paper', lambda p, **kw: PageMap(p.id, error=err, transient='render failed: OSError: disk full'))
+    rep = represent([Paper(id='a', title='T', text='Some text.')], 'page-latex', progress=False, workers=1)
+    assert rep.units == []
+    tr = S._transient([], rep)
+    assert len(tr) == 1 and 'OSError: disk full' in tr[0], rep.warnings
+    monkeypatch.setattr(V, 'map_paper', lambda p, **kw: PageMap(p.id, error=err))          # a cached failure: the paper's
+    assert S._transient([], represent([Paper(id='a', title='T', text='Some text.')], 'page-latex', progress=False, workers=1)) == []

@@ -44,7 +44,8 @@ def page_maps(papers, timeout: float = 120, *, ctx: Optional[RunContext] = None,
 def placing_maps(batches, timeout: float = 120, *, ctx: Optional[RunContext] = None, **settings) -> dict:
     """`{paper id: PageMap}` for papers given a batch at a time (`batches`: lists of papers, e.g. read back from the
     parse cache), each map kept without its per-page text (`page_text`, which placing a query on pages does not read):
-    what a streamed run holds to place its queries is the maps' labels and line pages, never the papers."""
+    what a streamed run holds to place its queries is the maps' labels and line pages, never the papers. For placing
+    queries only (`page_qrels`, `page_queries`): page units and exported pages need the maps of `page_maps`."""
     ctx = run_context(ctx, **settings)
     out = {}
     for papers in batches:

@@ -12,7 +12,7 @@ from PIL import Image
 from ..records import Paper
 from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
-from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json
+from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json, atomic_open
 from .assets import (run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi,
                                       tool_timeouts, STARVED_CPU_SHARE, NOT_CACHED)
 from .sandbox import (RenderError, ENGINES, MAX_TREE_BYTES, MAX_OUTPUT_FILE_BYTES, compile_latex,
@@ -268,17 +268,28 @@ def _render_dir(cache: Path, paper: Paper, root: Path, have_src: bool, max_pixel
     return cache / 'render' / RENDER_VERSION / hashlib.sha256(ident.encode()).hexdigest()
 
 def _copy_atomic(src, dest) -> None:
-    "Copy `src` to `dest` through a temporary file in `dest`'s folder: a reader (another process) sees the old file or the new one."
-    fd, tmp = tempfile.mkstemp(dir=Path(dest).parent, prefix='.tmp-')
-    os.close(fd)
-    try: shutil.copyfile(src, tmp); os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+    "Copy `src` to `dest` through the cache's atomic writer: a reader (another process) sees the old file or the new one."
+    with open(src, 'rb') as s, atomic_open(dest, 'wb') as f: shutil.copyfileobj(s, f)
+
+def _uncached_stem(d: Path) -> str:
+    """This process's name for a render kept out of the cache in folder `d` (`uncached-PID`): the render another process
+    makes of the same paper cannot replace the files this process's result points to. Files of processes that have
+    ended are removed."""
+    for f in d.glob('uncached-*'):
+        pid = f.name.split('.')[0][len('uncached-'):]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)): f.unlink(missing_ok=True)
+    return f'uncached-{os.getpid()}'
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
 
 def _store_render(d: Path, res: RenderResult, pdf, keep: bool = True) -> None:
-    "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically). `keep=False`: the files only (as `uncached.*`, replaced by the next try), no result: the next call renders again."
+    "Keep the PDF (if any; a failure is kept too, with its reasons in the warnings; and, for the paper's own LaTeX, its SyncTeX file) and the result in cache folder `d` (the result file appears atomically). `keep=False`: the files only (as `uncached-PID.*`, this process's), no result: the next run renders again."
     d.mkdir(parents=True, exist_ok=True)
-    stem = 'paper' if keep else 'uncached'
+    stem = 'paper' if keep else _uncached_stem(d)
     if pdf is not None: res.pdf = str(d / f'{stem}.pdf'); _copy_atomic(pdf, res.pdf)
     sync = Path(pdf).with_suffix('.synctex.gz') if pdf is not None else None
     if res.path in OWN_LATEX_PATHS and sync is not None and sync.exists():
@@ -376,7 +387,8 @@ def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=N
     hit = _load_cached(d)
     if hit and not _retry(hit, timeout): return hit
     seen = _UNCACHED.get(str(d))                                 # rendered here before, not cached: the same answer
-    if seen is not None and not _retry(seen, timeout): return copy.deepcopy(seen)
+    if seen is not None and not _retry(seen, timeout) and all(os.path.exists(f) for f in [*seen.pages, seen.pdf, seen.synctex] if f):
+        return copy.deepcopy(seen)
     warns, log_tail, pdf, repairs, n_pdf = [], '', None, [], None
     if not (shutil.which(engine) and shutil.which('pdftoppm')):     # about this machine: not cached
         return RenderResult(paper.id, 'failed', warnings=[f'{engine} or pdftoppm is not installed: {NOT_CACHED}'], seconds=time.time() - t0)

@@ -129,6 +129,11 @@ def write_final_queries(drafts, path, fn: str = 'keep-flag') -> Path:
     return atomic_write(path, ''.join(json.dumps(graded_record(d), ensure_ascii=False) + '\n' for d in drafts))
 
 # %% ../../nbs/05_queries/05_build.ipynb #d4ea0e33
+def _warn_early(w: str, progress: bool) -> None:
+    "A warning the build gives before it spends: on stderr beside the progress bars, else as a `UserWarning`."
+    if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
+    else: warnings.warn(w, stacklevel=3)
+
 def round_trip_problem(rt, bm25_k: int) -> str:
     """A warning ('' when none) for a BM25 round trip at k' <= the BM25 filter's k: the filter keeps only queries whose gold
     paper BM25 ranks below k, the round trip only those it ranks in its top k'. Only the naturalized rewrite (and a
@@ -192,6 +197,8 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if quota and target is None: raise ValueError("a quota needs a target (--target N)")
         quotas = parse_quota(quota, target) if quota else {}
         rt = parse_round_trip(round_trip) if round_trip else None
+        rt_warn = round_trip_problem(rt, bm25_k)
+        if rt_warn: _warn_early(rt_warn, progress)                      # before any model call, the calibration's included
         dedup = (0.9 if target else None) if dedup is None else (dedup or None)
         meter = TokenMeter(budget)
         out, store, t0 = Path(out_dir), StageStore(out_dir), time.time()
@@ -199,10 +206,9 @@ def build_queries(corpus, llm, out_dir, types=EVIDENCE_TYPES, per_paper: int = 2
         if (min_judge_accuracy is not None or calibration) and not dry_run:
             calib = _calibrate_judge(jd, meter, out, min_judge_accuracy, prices, cache_dir, progress)
         papers = _papers(corpus, cache_dir, papers, progress)
-        warns = [w for w in [bm25_k_problem(bm25_k, len(papers)), round_trip_problem(rt, bm25_k)] if w]
-        for w in warns:                                          # said before any model call, not after the run
-            if progress: print(f'warning: {w}', file=sys.stderr, flush=True)
-            else: warnings.warn(w, stacklevel=2)
+        k_warn = bm25_k_problem(bm25_k, len(papers))
+        if k_warn: _warn_early(k_warn, progress)                        # said before any build call, not after the run
+        warns = [w for w in (rt_warn, k_warn) if w]              # and recorded in attrition.json
         sources = select_papers(papers, evidence_papers)
         pp = evidence_per_paper(target, len(sources), tuple(types), quotas, oversample) if target else {t: per_paper for t in types}
         def extract(ps):

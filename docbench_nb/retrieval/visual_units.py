@@ -8,7 +8,7 @@ from ..records import Paper, Unit
 from .chunking import chunk_spans
 from typing import Optional
 from .represent import register_representation, PaperNotes, paper_notes, representation_context
-from ..pages.assets import convert_paper_figures
+from ..pages.assets import convert_paper_figures, NOT_CACHED
 from ..pages.render import render_paper
 from ..pages.pagemap import map_paper
 from ..context import RunContext
@@ -80,8 +80,9 @@ def page_latex_units(paper: Paper, tokenizer=None, chunk_size=512, overlap=0, ti
     ctx = representation_context(ctx, kw, 'page_latex_units')
     notes = paper_notes(notes, paper)
     pm = map_paper(paper, cache_dir=ctx.cache_dir, timeout=timeout)
+    if pm.transient:                           # no cached render behind this map: units made from it are not cached either
+        notes.warn(f'{paper.id}: page map from a render kept out of its cache ({pm.transient[:300]}): {NOT_CACHED}')
     if pm.error: notes.warn(f'{paper.id}: page map: {pm.error}'); return []
-    if pm.transient: notes.warn(f'{paper.id}: page map: {pm.transient}')     # from a render kept out of the cache
     notes.render_path = pm.render_path
     if not pm.page_text: notes.warn(f'{paper.id}: no per-page LaTeX text (mapped by {pm.method}, not SyncTeX)'); return []
     return [Unit(paper.id, f'{paper.id}#l{p}', 'text', t, meta={'page': p, 'method': pm.method, 'render_path': pm.render_path})
