@@ -14,9 +14,9 @@ from ..context import DEFAULT_MAX_PIXELS
 
 # %% auto #0
 __all__ = ['RASTER_FORMATS', 'VECTOR_FORMATS', 'MAX_VECTOR_DPI', 'CONVERTER_VERSION', 'STARVED_CPU_SHARE', 'NOT_CACHED',
-           'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL', 'AssetError', 'uncached_reason', 'KilledTool', 'tool_timeouts',
-           'ToolTimeout', 'run_tool', 'fit_max_pixels', 'sniff_format', 'extension_format', 'pdf_page_sizes',
-           'convert_figure', 'convert_paper_figures']
+           'MAX_TOOL_OUTPUT', 'TOOL_REPORT_TAIL', 'AssetError', 'starved_reason', 'uncached_reason', 'KilledTool',
+           'tool_timeouts', 'ToolTimeout', 'run_tool', 'fit_max_pixels', 'sniff_format', 'extension_format',
+           'pdf_page_sizes', 'convert_figure', 'convert_paper_figures']
 
 # %% ../../nbs/02_pages/00_assets.ipynb #853f2953
 class AssetError(Exception):
@@ -33,6 +33,13 @@ CONVERTER_VERSION = 'v1'      # bump when the conversion changes: it is part of 
 # %% ../../nbs/02_pages/00_assets.ipynb #a7991cf8
 STARVED_CPU_SHARE = 0.5      # a tool killed at its timeout with less than this share of one CPU over its run was starved by load
 NOT_CACHED = 'not cached; it is tried again on the next run'    # ends the reason of every result kept out of the cache
+
+def starved_reason(killed) -> str:
+    "Why the tools among `killed` (`KilledTool`s) that were starved say nothing of their input ('' when none was)."
+    starved = [k for k in killed if k.starved]
+    if not starved: return ''
+    return (f"{'; '.join(k.describe() for k in starved)}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, "
+            'so a busy machine may have stopped it')
 
 def uncached_reason(messages) -> Optional[str]:
     "The first of `messages` (warnings, errors) that says its result was kept out of the cache (a busy machine may have shaped it); None when none does."
@@ -326,10 +333,8 @@ def convert_figure(path, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=None, t
         try: _convert(path, fmt, dest, max_pixels, timeout)
         except AssetError as e:
             _record_failure(fail, e, timeout, killed)
-            if not any(k.starved for k in killed): raise
-            busy = '; '.join(k.describe() for k in killed if k.starved)
-            raise AssetError(path, f'{e.reason} ({busy}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, so a busy '
-                             f'machine may have stopped it; {NOT_CACHED})', e.format) from e
+            if not (busy := starved_reason(killed)): raise
+            raise AssetError(path, f'{e.reason} ({busy}; {NOT_CACHED})', e.format) from e
     return str(dest)
 
 # %% ../../nbs/02_pages/00_assets.ipynb #f05d4c3f

@@ -14,7 +14,7 @@ from ..latex.flatten import flatten_latex
 from ..latex.parse import parse_paper
 from ..cache import cache_root, file_sha256, atomic_write, atomic_write_json, atomic_open
 from .assets import (run_tool, ToolTimeout, fit_max_pixels, pdf_page_sizes, AssetError, _vector_dpi,
-                                      tool_timeouts, STARVED_CPU_SHARE, NOT_CACHED)
+                                      tool_timeouts, starved_reason, NOT_CACHED)
 from .sandbox import (RenderError, ENGINES, MAX_TREE_BYTES, MAX_OUTPUT_FILE_BYTES, compile_latex,
                                  compile_tex_string, tex_errors)
 from .minimal import STRATEGIES, MATH_COMMANDS, escape_text, minimal_document, undefined_in_template
@@ -357,9 +357,7 @@ def _retry(hit: RenderResult, timeout: float) -> bool:
 
 def _unvouched(killed, timed_out: bool) -> str:
     "Why a render must not be cached ('' when it may): a tool starved by load among `killed`, or a deadline hit that no killed tool accounts for."
-    starved = [k for k in killed if k.starved]
-    if starved: return (f"{'; '.join(k.describe() for k in starved)}: not shown to have had {STARVED_CPU_SHARE:.0%} of a CPU, "
-                        'so a busy machine may have stopped it')
+    if busy := starved_reason(killed): return busy
     if timed_out and not killed:
         return 'a deadline passed between tool runs, and no tool killed at its timeout shows by its CPU time that the machine was not busy'
     return ''
@@ -412,7 +410,7 @@ def render_paper(paper_or_src, max_pixels: int = DEFAULT_MAX_PIXELS, cache_dir=N
                 except (AssetError, RenderError) as e: warns.append(f'rasterizing failed: {e}'); path = 'failed'
         timed_out = bool(killed) or _deadline_hit(warns)
         why = _unvouched(killed, timed_out)                          # see "Which results are cached"
-        if why: warns.append(f'{why}: not cached; it is tried again on the next run')
+        if why: warns.append(f'{why}: {NOT_CACHED}')
         res = RenderResult(paper.id, path, pages, None, log_tail, round(time.time() - t0, 3), warns, repairs,
                            n_pages_pdf=n_pdf, max_pages=cap, timeout=timeout, timed_out=timed_out)
         _store_render(d, res, pdf if path != 'failed' else None, keep=not why)
